@@ -1,0 +1,140 @@
+"""Nox sessions of the jaxstack workspace.
+
+Every session builds a fresh virtual environment with uv. `tests` installs one package ALONE, with
+only its declared dependencies (its jaxstack siblings from their folders, everything else pinned
+by uv.lock), which is what proves that `pip install jaxstack-<x>` works by itself.
+
+    nox -l                                  # list sessions
+    nox -s lint layers versions             # static checks
+    nox -s "tests(package='datalib')"       # one package in isolation
+    nox -s "integration(backend='cpu')"     # cross-package scenarios
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nox
+
+sys.path.insert(0, str(Path(__file__).parent / "tools"))
+from workspace import ROOT, all_packages, closure  # noqa: E402
+
+nox.options.default_venv_backend = "uv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.sessions = ["lint", "layers", "versions", "tests", "integration(backend='cpu')"]
+
+PACKAGES = [p.folder for p in all_packages()]
+PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900"]
+JAX_BACKEND_EXTRAS = {"cpu": None, "gpu": "jax[cuda13]", "tpu": "jax[tpu]"}
+
+
+def lock_constraints(session: nox.Session) -> str:
+    """uv.lock exported as a pip constraints file, so sessions test the locked versions."""
+    target = Path(session.create_tmp()) / "constraints.txt"
+    session.run_install(
+        "uv",
+        "export",
+        "--frozen",
+        "--all-packages",
+        "--all-groups",
+        "--no-hashes",
+        "--no-emit-workspace",
+        "--quiet",
+        "-o",
+        str(target),
+        external=True,
+    )
+    return str(target)
+
+
+def install_packages(session: nox.Session, folders: list[str], *extra: str, constraints=True):
+    paths = [str(ROOT / "packages" / f) for f in folders]
+    args = ["-c", lock_constraints(session)] if constraints else []
+    session.install(*args, *paths, *extra)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def layers(session: nox.Session) -> None:
+    """The layering contract of DESIGN.md, checked by import-linter over the sources."""
+    session.install("import-linter>=2.1")
+    session.install("--no-deps", *(str(ROOT / "packages" / f) for f in PACKAGES))
+    session.run("lint-imports")
+
+
+@nox.session
+def versions(session: nox.Session) -> None:
+    """CHANGELOG top entries match versions; changed packages carry a new version."""
+    session.run("python", "tools/check_versions.py", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("package", PACKAGES)
+def tests(session: nox.Session, package: str) -> None:
+    install_packages(session, [p.folder for p in closure(package)], "pytest", "pytest-timeout")
+    session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)
+
+
+@nox.session
+@nox.parametrize("backend", list(JAX_BACKEND_EXTRAS))
+def integration(session: nox.Session, backend: str) -> None:
+    install_packages(session, PACKAGES, "pytest", "pytest-timeout")
+    if extra := JAX_BACKEND_EXTRAS[backend]:
+        session.install(extra)
+        probe = f"import jax; jax.devices({backend!r})"
+        if session.run("python", "-c", probe, success_codes=[0, 1], silent=True) is False:
+            session.skip(
+                f"no {backend} device visible to JAX here; run this session on a {backend} runner"
+            )
+    session.run(
+        "pytest",
+        "integration_tests",
+        *PYTEST_DEFAULT,
+        *session.posargs,
+        env={"JAXSTACK_TEST_BACKEND": backend, "JAX_PLATFORMS": backend},
+    )
+
+
+@nox.session
+@nox.parametrize("resolution", ["lowest-direct", "highest"])
+@nox.parametrize("package", PACKAGES)
+def compat(session: nox.Session, package: str, resolution: str) -> None:
+    """The package's tests against its lowest declared (or the newest) dependency versions."""
+    folders = [p.folder for p in closure(package)]
+    session.install(
+        f"--resolution={resolution}",
+        *(str(ROOT / "packages" / f) for f in folders),
+        "pytest",
+        "pytest-timeout",
+    )
+    session.run("uv", "pip", "list", external=True, silent=False)
+    session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """Every package builds an sdist and a wheel; each wheel installs in a clean venv and imports."""
+    dist = Path(session.create_tmp()) / "dist"
+    session.run("uv", "build", "--all-packages", "--quiet", "-o", str(dist), external=True)
+    for package in all_packages():
+        wheels = [
+            next(dist.glob(f"{p.distribution.replace('-', '_')}-{p.version}-*.whl"))
+            for p in closure(package.folder)
+        ]
+        venv = Path(session.create_tmp()) / f"venv-{package.folder}"
+        session.run("uv", "venv", "--quiet", "--python", sys.executable, str(venv), external=True)
+        python = str(venv / "bin" / "python")
+        session.run(
+            "uv", "pip", "install", "--quiet", "--python", python, *map(str, wheels), external=True
+        )
+        module = "jaxstack." + package.folder.replace("-", "_")
+        session.run(
+            python, "-c", f"import {module}; print({module}.__name__, 'imports')", external=True
+        )

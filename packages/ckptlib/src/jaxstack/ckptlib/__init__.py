@@ -1,0 +1,3 @@
+"""Atomic, async, verified checkpoints of model, optimiser and data state on Orbax."""
+
+__all__: list[str] = []

@@ -1,0 +1,31 @@
+import importlib.metadata
+import pathlib
+import re
+
+import jaxstack.datalib
+
+
+def test_public_api_names_exist():
+    for name in jaxstack.datalib.__all__:
+        assert hasattr(jaxstack.datalib, name), name
+
+
+def test_installed_version_is_the_changelog_top_entry():
+    changelog = pathlib.Path(__file__).parents[1] / "CHANGELOG.md"
+    top = re.search(r"^## \[([^\]]+)\]", changelog.read_text(), re.M).group(1)
+    assert importlib.metadata.version("jaxstack-datalib") == top
+
+
+def test_importing_datalib_does_not_import_jax():
+    import subprocess
+    import sys
+
+    code = "import sys, jaxstack.datalib; print('jax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_declared_dependencies_do_not_include_jax():
+    requirements = importlib.metadata.requires("jaxstack-datalib") or []
+    names = {re.split(r"[<>=!~; \[]", r, maxsplit=1)[0].lower() for r in requirements}
+    assert not names & {"jax", "jaxlib"}

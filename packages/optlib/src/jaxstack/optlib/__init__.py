@@ -1,0 +1,3 @@
+"""Declarative optimiser recipes, masks, schedules, accumulation and losses that produce plain Optax transformations."""
+
+__all__: list[str] = []

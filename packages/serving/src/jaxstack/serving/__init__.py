@@ -1,0 +1,3 @@
+"""LLM engine and StableHLO model serving."""
+
+__all__: list[str] = []

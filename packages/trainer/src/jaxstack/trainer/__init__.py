@@ -1,0 +1,3 @@
+"""LLM training harness: configs, meshes, sharding, goodput, MFU."""
+
+__all__: list[str] = []

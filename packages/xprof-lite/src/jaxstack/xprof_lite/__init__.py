@@ -1,0 +1,3 @@
+"""Profiling: capture, op profile, roofline, memory and step-time reports."""
+
+__all__: list[str] = []
