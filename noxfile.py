@@ -18,7 +18,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
-from workspace import ROOT, all_packages, closure  # noqa: E402
+from workspace import ROOT, all_packages, closure
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = False
@@ -120,7 +120,7 @@ def compat(session: nox.Session, package: str, resolution: str) -> None:
 
 @nox.session
 def build(session: nox.Session) -> None:
-    """Every package builds an sdist and a wheel; each wheel installs in a clean venv and imports."""
+    """Each package builds an sdist and a wheel; each wheel installs in a clean venv and imports."""
     dist = Path(session.create_tmp()) / "dist"
     session.run("uv", "build", "--all-packages", "--quiet", "-o", str(dist), external=True)
     for package in all_packages():

@@ -1,3 +1,5 @@
-"""Model authoring on Flax NNX: decoder families, MoE, LoRA, KV-cache decode, HF safetensors interop."""
+"""Model authoring on Flax NNX: decoder families, MoE, LoRA, KV-cache decode, HF safetensors
+interop.
+"""
 
 __all__: list[str] = []
