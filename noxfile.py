@@ -18,7 +18,7 @@ from pathlib import Path
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
-from workspace import ROOT, all_packages, closure
+from workspace import ROOT, Package, all_packages, closure
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = False
@@ -48,10 +48,10 @@ def lock_constraints(session: nox.Session) -> str:
     return str(target)
 
 
-def install_packages(session: nox.Session, folders: list[str], *extra: str, constraints=True):
-    paths = [str(ROOT / "packages" / f) for f in folders]
-    args = ["-c", lock_constraints(session)] if constraints else []
-    session.install(*args, *paths, *extra)
+def install_packages(session: nox.Session, packages: list[Package], *extra: str) -> None:
+    """Install packages from their folders (with their `test` extras), pinned by uv.lock."""
+    requirements = [p.test_requirement for p in packages]
+    session.install("-c", lock_constraints(session), *requirements, *extra)
 
 
 @nox.session
@@ -78,14 +78,14 @@ def versions(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    install_packages(session, [p.folder for p in closure(package)], "pytest", "pytest-timeout")
+    install_packages(session, closure(package), "pytest", "pytest-timeout")
     session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)
 
 
 @nox.session
 @nox.parametrize("backend", list(JAX_BACKEND_EXTRAS))
 def integration(session: nox.Session, backend: str) -> None:
-    install_packages(session, PACKAGES, "pytest", "pytest-timeout")
+    install_packages(session, all_packages(), "pytest", "pytest-timeout")
     if extra := JAX_BACKEND_EXTRAS[backend]:
         session.install(extra)
         probe = f"import jax; jax.devices({backend!r})"

@@ -22,10 +22,17 @@ class Package:
     distribution: str
     version: str
     dependencies: tuple[str, ...]
+    extras: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
         return PACKAGES_DIR / self.folder
+
+    @property
+    def test_requirement(self) -> str:
+        """pip requirement for the package from its folder, with its `test` extra if it has one."""
+        extra = "[test]" if "test" in self.extras else ""
+        return f"{self.path}{extra}"
 
     @property
     def sibling_dependencies(self) -> tuple[str, ...]:
