@@ -1,0 +1,365 @@
+"""Run configuration: YAML presets, dotted command-line overrides, validation, saving.
+
+A run is described by one nested mapping with eight sections. The trainer owns six of them
+(`data`, `mesh`, `train`, `eval`, `checkpoint`, `log`) and declares them here as dataclasses; the
+other two are handed to sibling packages and validated against *their* dataclasses, so there is
+one source of truth for each field:
+
+- `model`: `preset` (an nnlib preset name) plus any `jaxstack.nnlib.ModelConfig` field;
+- `optim`: any `jaxstack.optlib.OptimizerConfig` field (`lr` is accepted for `learning_rate`),
+  with `schedule` a nested mapping of `ScheduleConfig` fields.
+
+Presets are YAML files shipped in the package (`list_configs()`); `load_config("tiny",
+["model.num_layers=2", "optim.lr=3e-4"])` reads one, applies the overrides in order and validates
+the result. An unknown key is an error that suggests the nearest valid key. The resolved config
+is written next to every run (`config.yaml`) so a run can be repeated with `--config` on it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib.resources
+import pathlib
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from jaxstack.trainer._src.errors import ConfigError
+
+ALIASES = {"optim.lr": "optim.learning_rate"}
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    """Where tokens come from and how they are batched.
+
+    `batch_size` is the *global* number of sequences per optimiser step (over all devices and
+    all accumulation micro-steps), so changing the mesh never changes the maths.
+    """
+
+    path: str | None = None  # text file or folder of .txt files; None = datalib's default corpus
+    tokenizer: str = "byte"  # "byte" or a path to a BPE tokenizer JSON file
+    seq_len: int = 256
+    batch_size: int = 8
+    packing: str = "first_fit"
+    num_workers: int = 0
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfig:
+    """Device mesh axes; one axis may be -1 to take the remaining devices.
+
+    `rules` overrides entries of the default logical-axis rules (see `mesh.DEFAULT_RULES`).
+    """
+
+    data: int = -1
+    fsdp: int = 1
+    tensor: int = 1
+    expert: int = 1
+    rules: dict[str, Any] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSection:
+    steps: int = 300
+    grad_accum: int = 1
+    seed: int = 0
+    z_loss_weight: float = 0.0
+    moe_load_balance_weight: float = 0.01
+    moe_router_z_weight: float = 0.001
+    donate: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalSection:
+    every: int = 100  # 0 = only at the end
+    batches: int = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSection:
+    enabled: bool = True
+    every: int = 100  # steps; the final step is always saved
+    max_to_keep: int = 2
+    async_save: bool = True
+    resume: bool = True  # continue from the latest checkpoint in the run directory
+
+
+@dataclasses.dataclass(frozen=True)
+class LogSection:
+    run_dir: str | None = None  # default: runs/<UTC timestamp> under the working directory
+    every: int = 10  # console lines / progress refresh; JSON lines get every step
+    tensorboard: bool = True
+    progress: str = "auto"  # "auto" (rich bar in a terminal), "rich" or "plain"
+    report: bool = True
+    sample_prompt: str = "def "
+    sample_tokens: int = 64
+    peak_flops: float | None = None  # override the device peak used for MFU
+
+
+SECTIONS: dict[str, type] = {
+    "data": DataConfig,
+    "mesh": MeshConfig,
+    "train": TrainSection,
+    "eval": EvalSection,
+    "checkpoint": CheckpointSection,
+    "log": LogSection,
+}
+FREE_SECTIONS = ("model", "optim")  # validated against sibling dataclasses, see `_sibling_fields`
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """A validated run configuration. `to_dict()` round-trips through `Config.from_dict`."""
+
+    model: dict[str, Any]
+    optim: dict[str, Any]
+    data: DataConfig = DataConfig()
+    mesh: MeshConfig = MeshConfig()
+    train: TrainSection = TrainSection()
+    eval: EvalSection = EvalSection()
+    checkpoint: CheckpointSection = CheckpointSection()
+    log: LogSection = LogSection()
+    name: str = "custom"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "model": dict(self.model)}
+        out["optim"] = _plain(self.optim)
+        for section in SECTIONS:
+            out[section] = dataclasses.asdict(getattr(self, section))
+        return out
+
+    @classmethod
+    def from_dict(cls, tree: Mapping[str, Any], name: str = "custom") -> Config:
+        tree = dict(tree)
+        name = str(tree.pop("name", name))
+        unknown = set(tree) - set(SECTIONS) - set(FREE_SECTIONS)
+        for key in sorted(unknown):
+            raise ConfigError(_unknown_message(key, [*SECTIONS, *FREE_SECTIONS]))
+        model = dict(tree.get("model") or {})
+        model.setdefault("preset", "tiny")
+        optim = _normalise_aliases("optim", dict(tree.get("optim") or {}))
+        _check_sibling_keys("model", model)
+        _check_sibling_keys("optim", optim)
+        built = {
+            s: _build_section(s, cls_, tree.get(s) or {}) for s, cls_ in SECTIONS.items()
+        }
+        config = cls(model=model, optim=optim, name=name, **built)
+        _check_values(config)
+        return config
+
+    def save(self, path: str | pathlib.Path) -> None:
+        """Writes the config as YAML, atomically (temporary file, then rename)."""
+        path = pathlib.Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        tmp.replace(path)
+
+
+def list_configs() -> list[str]:
+    """Names of the YAML presets shipped with the trainer."""
+    root = importlib.resources.files("jaxstack.trainer._src") / "presets"
+    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_config(name_or_path: str = "tiny", overrides: Iterable[str] = ()) -> Config:
+    """Reads a preset (by name) or a YAML file (by path), applies `key.sub=value` overrides.
+
+    Raises ConfigError for an unknown preset (listing the presets), an unknown key (suggesting
+    the nearest valid one), a malformed override or a value of the wrong type.
+    """
+    tree, name = _read(name_or_path)
+    for item in overrides:
+        key, value = parse_override(item)
+        _set_dotted(tree, key, value)
+    return Config.from_dict(tree, name=name)
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
+    if "=" not in item or item.startswith("="):
+        raise ConfigError(
+            f"override {item!r} is not of the form section.key=value, "
+            "e.g. model.num_layers=4 or optim.lr=3e-4"
+        )
+    key, raw = item.split("=", 1)
+    key = ALIASES.get(key.strip(), key.strip())
+    return key, parse_value(raw.strip())
+
+
+def parse_value(raw: str) -> Any:
+    """YAML scalar parsing, plus the float forms PyYAML misses (`3e-4`, `1E5`)."""
+    for convert in (int, float):
+        try:
+            return convert(raw)
+        except ValueError:
+            pass
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
+    path = pathlib.Path(name_or_path)
+    if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        return yaml.safe_load(path.read_text()) or {}, path.stem
+    names = list_configs()
+    if name_or_path not in names:
+        near = difflib.get_close_matches(name_or_path, names, n=1)
+        hint = f" Did you mean {near[0]!r}?" if near else ""
+        raise ConfigError(
+            f"unknown config preset {name_or_path!r}.{hint} Available presets: "
+            f"{', '.join(names)}; or pass a path to a YAML file."
+        )
+    root = importlib.resources.files("jaxstack.trainer._src") / "presets"
+    return yaml.safe_load((root / f"{name_or_path}.yaml").read_text()) or {}, name_or_path
+
+
+def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
+    parts = key.split(".")
+    if len(parts) < 2:
+        raise ConfigError(
+            f"override key {key!r} needs a section, e.g. model.{key} or train.{key}; sections: "
+            f"{', '.join([*FREE_SECTIONS, *SECTIONS])}"
+        )
+    node = tree
+    for part in parts[:-1]:
+        child = node.get(part)
+        if child is None:
+            child = node[part] = {}
+        elif not isinstance(child, dict):
+            raise ConfigError(f"cannot set {key!r}: {part!r} is a value, not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def _normalise_aliases(section: str, values: dict[str, Any]) -> dict[str, Any]:
+    for alias, target in ALIASES.items():
+        a_section, a_key = alias.split(".")
+        t_key = target.split(".")[1]
+        if a_section == section and a_key in values:
+            if t_key in values:
+                raise ConfigError(f"both {alias} and {target} are set; keep one")
+            values[t_key] = values.pop(a_key)
+    return values
+
+
+def _unknown_message(key: str, valid: Iterable[str]) -> str:
+    valid = list(valid)
+    leaf = key.rsplit(".", 1)[-1]
+    prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
+    near = difflib.get_close_matches(leaf, valid, n=1, cutoff=0.5)
+    hint = f" Did you mean {prefix}{near[0]!r}?" if near else ""
+    return f"unknown config key {key!r}.{hint} Valid keys here: {', '.join(sorted(valid))}"
+
+
+def _build_section(section: str, cls: type, values: Mapping[str, Any]) -> Any:
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"config section {section!r} must be a mapping, got {values!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in values.items():
+        if key not in fields:
+            raise ConfigError(_unknown_message(f"{section}.{key}", fields))
+        kwargs[key] = _coerce(f"{section}.{key}", value, fields[key].type)
+    return cls(**kwargs)
+
+
+_TYPES = {"int": int, "float": float, "bool": bool, "str": str}
+
+
+def _coerce(key: str, value: Any, annotation: Any) -> Any:
+    """Checks a value against a (string) annotation such as `int`, `float | None`, `str`."""
+    names = [t.strip() for t in str(annotation).split("|")]
+    if value is None:
+        if "None" in names:
+            return None
+        raise ConfigError(f"{key} may not be null; give a {names[0]}")
+    if any(n.startswith("dict") for n in names):
+        if isinstance(value, Mapping):
+            return dict(value)
+        raise ConfigError(f"{key} must be a mapping, got {value!r}")
+    for name in names:
+        kind = _TYPES.get(name)
+        if kind is None:
+            continue
+        if kind is bool and isinstance(value, bool):
+            return value
+        if kind is int and isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if kind is float and isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if kind is str and isinstance(value, str):
+            return value
+    raise ConfigError(f"{key} must be {' or '.join(names)}, got {value!r} ({type(value).__name__})")
+
+
+def _sibling_fields(section: str, sub: str | None = None) -> dict[str, Any] | None:
+    """Field names and defaults of the sibling dataclass a free section is validated against."""
+    try:
+        if section == "model":
+            from jaxstack.nnlib import ModelConfig as cls
+        elif sub == "schedule":
+            from jaxstack.optlib import ScheduleConfig as cls
+        else:
+            from jaxstack.optlib import OptimizerConfig as cls
+    except ImportError:
+        return None
+    return {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _check_sibling_keys(section: str, values: dict[str, Any]) -> None:
+    fields = _sibling_fields(section)
+    if fields is None:
+        return
+    valid = set(fields) | ({"preset"} if section == "model" else set())
+    for key, value in values.items():
+        if key not in valid:
+            extra = ["lr"] if section == "optim" else []
+            raise ConfigError(_unknown_message(f"{section}.{key}", [*valid, *extra]))
+        if section == "optim" and key == "schedule" and isinstance(value, Mapping):
+            sched = _sibling_fields("optim", "schedule") or {}
+            for sub in value:
+                if sched and sub not in sched:
+                    raise ConfigError(_unknown_message(f"optim.schedule.{sub}", sched))
+
+
+def _check_values(config: Config) -> None:
+    positive = {
+        "data.seq_len": config.data.seq_len,
+        "data.batch_size": config.data.batch_size,
+        "train.steps": config.train.steps,
+        "train.grad_accum": config.train.grad_accum,
+        "log.every": config.log.every,
+        "checkpoint.every": config.checkpoint.every,
+    }
+    for key, value in positive.items():
+        if value < 1:
+            raise ConfigError(f"{key} must be >= 1, got {value}")
+    if config.data.batch_size % config.train.grad_accum:
+        raise ConfigError(
+            f"data.batch_size={config.data.batch_size} is not divisible by "
+            f"train.grad_accum={config.train.grad_accum}; pick a batch_size that is a multiple "
+            f"of grad_accum (e.g. {config.train.grad_accum * max(1, config.data.batch_size // config.train.grad_accum)})"
+        )
+    if config.log.progress not in ("auto", "rich", "plain"):
+        raise ConfigError(f"log.progress must be auto, rich or plain, got {config.log.progress!r}")
+    axes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor, config.mesh.expert]
+    if sum(a == -1 for a in axes) > 1:
+        raise ConfigError("at most one mesh axis may be -1 (fill the remaining devices)")
+    if any(a == 0 or a < -1 for a in axes):
+        raise ConfigError(f"mesh axes must be positive or -1, got {axes}")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
