@@ -57,6 +57,7 @@ def install_packages(session: nox.Session, packages: list[Package], *extra: str)
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.8")
+    session.run("uv", "lock", "--check", "--quiet", external=True)
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
