@@ -26,6 +26,7 @@ nox.options.sessions = ["lint", "layers", "versions", "tests", "integration(back
 
 PACKAGES = [p.folder for p in all_packages()]
 PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900"]
+TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
 JAX_BACKEND_EXTRAS = {"cpu": None, "gpu": "jax[cuda13]", "tpu": "jax[tpu]"}
 
 
@@ -66,7 +67,7 @@ def lint(session: nox.Session) -> None:
 def layers(session: nox.Session) -> None:
     """The layering contract of DESIGN.md, checked by import-linter over the sources, and the
     tests showing that a forbidden import breaks it."""
-    session.install("import-linter>=2.1", "pytest")
+    session.install("import-linter>=2.1", "pytest>=8")
     sources = ":".join(str(p.path / "src") for p in all_packages())
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": sources})
     session.run("pytest", "tools/tests", "-q")
@@ -81,14 +82,14 @@ def versions(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    install_packages(session, closure(package), "pytest", "pytest-timeout")
+    install_packages(session, closure(package), *TEST_TOOLS)
     session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)
 
 
 @nox.session
 @nox.parametrize("backend", list(JAX_BACKEND_EXTRAS))
 def integration(session: nox.Session, backend: str) -> None:
-    install_packages(session, all_packages(), "pytest", "pytest-timeout")
+    install_packages(session, all_packages(), *TEST_TOOLS)
     if extra := JAX_BACKEND_EXTRAS[backend]:
         session.install(extra)
         probe = f"import jax; jax.devices({backend!r})"
