@@ -1,0 +1,95 @@
+"""The report's pictures, drawn with matplotlib's object API (no pyplot state, no display) and
+returned as base64 PNGs to embed in one self-contained HTML file."""
+
+from __future__ import annotations
+
+import base64
+import io
+
+from matplotlib.figure import Figure
+
+from jaxstack.xprof_lite._src.cost import CATEGORIES
+from jaxstack.xprof_lite._src.peak import DevicePeak
+from jaxstack.xprof_lite._src.roofline import RooflinePoint
+from jaxstack.xprof_lite._src.steps import StepBreakdown
+
+COLORS = dict(
+    zip(CATEGORIES, ["#1f77b4", "#9467bd", "#2ca02c", "#d62728", "#ff7f0e", "#7f7f7f"], strict=True)
+)
+
+
+def _png(fig: Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def roofline_png(points: list[RooflinePoint], peak: DevicePeak) -> str:
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    usable = [p for p in points if p.intensity > 0 and p.intensity != float("inf")]
+    lo = min([p.intensity for p in usable] + [peak.ridge_intensity / 100]) / 2
+    hi = max([p.intensity for p in usable] + [peak.ridge_intensity * 10]) * 2
+    xs = [lo, peak.ridge_intensity, hi]
+    ax.plot(xs, [min(peak.flops_per_s, x * peak.bytes_per_s) for x in xs], "k-", label="roofline")
+    for category in CATEGORIES:
+        mine = [p for p in usable if p.category == category]
+        if not mine:
+            continue
+        ys = [p.achieved_flops_per_s or p.attainable_flops_per_s for p in mine]
+        ax.scatter([p.intensity for p in mine], ys, s=18, color=COLORS[category], label=category)
+    measured = any(p.achieved_flops_per_s for p in usable)
+    ax.set(
+        xscale="log",
+        yscale="log",
+        xlabel="arithmetic intensity (FLOP/byte)",
+        ylabel="achieved FLOP/s" if measured else "attainable FLOP/s (no trace)",
+        title=f"Roofline: {peak.name}",
+    )
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    return _png(fig)
+
+
+def memory_png(compiled: dict[str, int], by_origin: dict[str, int]) -> str:
+    fig = Figure(figsize=(7, 3.2))
+    ax1, ax2 = fig.subplots(1, 2)
+    names = [k for k, v in compiled.items() if v]
+    ax1.barh(names, [compiled[k] / 2**20 for k in names], color="#1f77b4")
+    ax1.set(xlabel="MiB", title="compiled function")
+    top = list(by_origin.items())[:8]
+    ax2.barh([k[:28] for k, _ in top], [v / 2**20 for _, v in top], color="#ff7f0e")
+    ax2.set(xlabel="MiB", title="live arrays by origin")
+    fig.tight_layout()
+    return _png(fig)
+
+
+def step_timeline_png(steps: list[StepBreakdown]) -> str:
+    fig = Figure(figsize=(7, 3.2))
+    ax = fig.add_subplot()
+    labels = [str(s.step) for s in steps]
+    bottom = [0.0] * len(steps)
+    parts = [
+        ("compute", "compute_ms", "#1f77b4"),
+        ("data wait", "data_wait_ms", "#ff7f0e"),
+        ("compile", "compile_ms", "#d62728"),
+        ("checkpoint", "checkpoint_ms", "#2ca02c"),
+    ]
+    for label, field, color in parts:
+        values = [getattr(s, field) for s in steps]
+        ax.bar(labels, values, bottom=bottom, label=label, color=color)
+        bottom = [b + v for b, v in zip(bottom, values, strict=True)]
+    ax.set(xlabel="step", ylabel="ms", title="step time breakdown")
+    ax.legend(fontsize=8)
+    return _png(fig)
+
+
+def category_png(by_category: dict[str, dict[str, float]], measured: bool) -> str:
+    fig = Figure(figsize=(7, 2.8))
+    ax = fig.add_subplot()
+    key = "time_ns" if measured else "flops"
+    cats = [c for c in CATEGORIES if by_category[c]["ops"]]
+    values = [by_category[c][key] / (1e3 if measured else 1.0) for c in cats]
+    ax.barh(cats, values, color=[COLORS[c] for c in cats])
+    ax.set(xlabel="µs per run" if measured else "FLOPs", title="ops by category")
+    return _png(fig)
