@@ -1,0 +1,1 @@
+"""Private implementation of jaxstack.serving; the public API is `jaxstack.serving.__all__`."""

@@ -1,0 +1,97 @@
+"""`jaxstack-serve-models`: serve a model repository over KServe v2 REST."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from types import FrameType
+
+import uvicorn
+
+from jaxstack.serving._src.errors import Error
+from jaxstack.serving._src.models.http import create_app
+from jaxstack.serving._src.models.repository import ModelConfig
+from jaxstack.serving._src.models.server import ModelServer
+
+
+class _DrainingServer(uvicorn.Server):
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        # uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process
+        # before the model server drains; `serve` drains and returns instead.
+        captured = getattr(self, "_captured_signals", None)
+        if isinstance(captured, list):
+            captured.clear()
+
+
+def serve(
+    server: ModelServer,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    sock: socket.socket | None = None,
+    log_level: str = "warning",
+) -> None:
+    """Run the REST front end of a started `server` until SIGINT/SIGTERM, then drain it.
+
+    Binds 127.0.0.1 by default: exposing a model server is a decision, not a default.
+    """
+    config = uvicorn.Config(
+        create_app(server), host=host, port=port, log_level=log_level, access_log=False
+    )
+    try:
+        _DrainingServer(config).run(sockets=[sock] if sock is not None else None)
+    finally:
+        server.close()
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxstack-serve-models",
+        description="Serve every model of a <model>/<version>/ repository of jaxstack "
+        "StableHLO artifacts over KServe v2 REST, with dynamic batching and hot reload.",
+    )
+    p.add_argument("--repository", required=True, help="model repository root")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--config",
+        help="JSON/YAML serving config (default: serving.json/.yaml in the repository, if any)",
+    )
+    p.add_argument("--poll-interval", type=float, default=2.0, help="seconds; 0: no hot reload")
+    p.add_argument("--max-batch-size", type=int, default=32)
+    p.add_argument("--max-queue-delay-ms", type=float, default=2.0)
+    p.add_argument("--max-queue-size", type=int, default=256)
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    try:
+        defaults = ModelConfig(
+            max_batch_size=args.max_batch_size,
+            max_queue_delay_ms=args.max_queue_delay_ms,
+            max_queue_size=args.max_queue_size,
+        )
+        server = ModelServer(
+            args.repository,
+            config=args.config,
+            defaults=defaults,
+            poll_interval_s=args.poll_interval,
+        ).start()
+    except Error as e:
+        logging.getLogger("jaxstack.serving.models").error("%s", e)
+        return 2
+    names = ", ".join(f"{m} {server.versions(m)}" for m in server.model_names()) or "none yet"
+    print(f"serving {names} on http://{args.host}:{args.port} (pid {os.getpid()})", flush=True)
+    serve(server, host=args.host, port=args.port, log_level=args.log_level.lower())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
