@@ -1,0 +1,188 @@
+"""OptimizerConfig / ScheduleConfig: round trips and the bad-config errors of issue 4."""
+
+import math
+import warnings
+
+import pytest
+
+from jaxstack.optlib import (
+    OPTIMIZERS,
+    SCHEDULES,
+    ConfigError,
+    Error,
+    OptimizerConfig,
+    ScheduleConfig,
+    UnmatchedRegexWarning,
+    build_optimizer,
+)
+
+FULL = {
+    "name": "adamw",
+    "learning_rate": 3e-4,
+    "schedule": {
+        "name": "wsd",
+        "warmup_steps": 10,
+        "total_steps": 100,
+        "decay_steps": 20,
+        "final_lr_ratio": 0.1,
+        "init_lr_ratio": 0.0,
+        "decay_shape": "sqrt",
+    },
+    "weight_decay": 0.1,
+    "weight_decay_mask": ["norm", "bias"],
+    "clip_norm": 1.0,
+    "b1": 0.9,
+    "b2": 0.95,
+    "eps": 1e-8,
+    "momentum": None,
+    "nesterov": None,
+    "accumulate_steps": 4,
+    "ema_decay": 0.999,
+    "skip_nonfinite": True,
+    "max_consecutive_nonfinite": 5,
+    "lr_multipliers": {"embed": 0.1},
+    "frozen": ["^vision/"],
+    "muon_exclude": None,
+    "muon_dimension_numbers": {},
+}
+
+
+def test_dict_round_trip_is_exact():
+    config = OptimizerConfig.from_dict(FULL)
+    assert config.to_dict() == FULL
+    assert OptimizerConfig.from_dict(config.to_dict()) == config
+    assert config.schedule == ScheduleConfig("wsd", 10, 100, 0.1, 20, 0.0, "sqrt")
+
+
+def test_yaml_round_trip_and_yaml_exponent_strings(tmp_path):
+    pytest.importorskip("yaml")
+    # YAML 1.1 reads `1e-3` (no dot) as a string; the config accepts it as the number it means.
+    text = "name: lion\nlearning_rate: 1e-4\nweight_decay: 1e-2\nschedule: warmup_cosine\n"
+    with pytest.raises(ConfigError, match="total_steps"):
+        OptimizerConfig.from_yaml(text)
+    text = text.replace(
+        "schedule: warmup_cosine", "schedule: {name: inverse_sqrt, warmup_steps: 5}"
+    )
+    config = OptimizerConfig.from_yaml(text)
+    assert config.learning_rate == 1e-4 and config.weight_decay == 1e-2
+    assert config.schedule.name == "inverse_sqrt"
+    path = tmp_path / "opt.yaml"
+    path.write_text(OptimizerConfig.from_dict(FULL).to_yaml())
+    assert OptimizerConfig.from_yaml(path) == OptimizerConfig.from_dict(FULL)
+    assert OptimizerConfig.from_yaml(str(path)) == OptimizerConfig.from_dict(FULL)
+    with pytest.raises(ConfigError, match=r"missing\.yaml' does not exist"):
+        OptimizerConfig.from_yaml(tmp_path / "missing.yaml")
+
+
+def test_unknown_optimizer_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as error:
+        OptimizerConfig(name="adamw8bit")
+    message = str(error.value)
+    assert "'adamw8bit'" in message
+    assert all(name in message for name in OPTIMIZERS)
+    assert isinstance(error.value, Error) and isinstance(error.value, ValueError)
+
+
+def test_unknown_schedule_lists_the_valid_ones():
+    with pytest.raises(ConfigError) as error:
+        OptimizerConfig.from_dict({"schedule": {"name": "cosine"}})
+    assert "'cosine'" in str(error.value)
+    assert all(name in str(error.value) for name in SCHEDULES)
+
+
+def test_unknown_field_lists_the_valid_fields():
+    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['lr'\].*learning_rate"):
+        OptimizerConfig.from_dict({"lr": 1e-3})
+    with pytest.raises(ConfigError, match=r"\['warmup'\].*warmup_steps"):
+        ScheduleConfig.from_dict({"name": "constant", "warmup": 3})
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("learning_rate", -1e-3, "learning_rate must be >= 0"),
+        ("learning_rate", math.nan, "learning_rate must be a finite number"),
+        ("weight_decay", -0.1, "weight_decay must be >= 0"),
+        ("weight_decay", float("nan"), "weight_decay must be a finite"),
+        ("clip_norm", 0.0, "clip_norm must be > 0"),
+        ("clip_norm", -1.0, "clip_norm must be > 0"),
+        ("b1", 1.0, "b1 must be < 1"),
+        ("b2", -0.5, "b2 must be >= 0"),
+        ("eps", math.inf, "eps must be a finite"),
+        ("ema_decay", 1.5, "ema_decay must be < 1"),
+        ("accumulate_steps", 0, "accumulate_steps must be >= 1"),
+        ("accumulate_steps", 2.5, "accumulate_steps must be an integer"),
+        ("lr_multipliers", {"norm": -2.0}, r"lr_multipliers\['norm'\] must be >= 0"),
+        ("lr_multipliers", {"norm": math.nan}, "must be a finite number"),
+        ("skip_nonfinite", "yes", "skip_nonfinite must be true or false"),
+        ("learning_rate", "fast", "learning_rate must be a number, got 'fast'"),
+    ],
+)
+def test_bad_hyperparameters_are_errors(field, value, needle):
+    with pytest.raises(ConfigError, match=needle):
+        OptimizerConfig.from_dict({field: value})
+
+
+@pytest.mark.parametrize(
+    ("schedule", "needle"),
+    [
+        ({"name": "warmup_cosine"}, "needs total_steps"),
+        ({"name": "wsd", "total_steps": 100}, "needs decay_steps"),
+        (
+            {"name": "wsd", "total_steps": 100, "warmup_steps": 90, "decay_steps": 20},
+            "exceeds total_steps",
+        ),
+        ({"name": "constant", "warmup_steps": -1}, "warmup_steps must be >= 0"),
+        ({"name": "warmup_linear", "total_steps": 10, "warmup_steps": 11}, "exceeds total"),
+        ({"name": "warmup_cosine", "total_steps": 10, "final_lr_ratio": math.nan}, "finite"),
+        ({"name": "warmup_cosine", "total_steps": 10, "decay_steps": 3}, "only used by 'wsd'"),
+        (
+            {"name": "wsd", "total_steps": 10, "decay_steps": 3, "decay_shape": "exp"},
+            "valid shapes",
+        ),
+    ],
+)
+def test_bad_schedules_are_errors(schedule, needle):
+    with pytest.raises(ConfigError, match=needle):
+        OptimizerConfig.from_dict({"schedule": schedule})
+
+
+def test_fields_the_optimizer_ignores_are_errors():
+    with pytest.raises(ConfigError, match=r"\['momentum'\] have no effect with optimizer 'adamw'"):
+        OptimizerConfig(name="adamw", momentum=0.9)
+    with pytest.raises(ConfigError, match="no effect with optimizer 'sgd'"):
+        OptimizerConfig(name="sgd", b1=0.9)
+    with pytest.raises(ConfigError, match="needs momentum"):
+        OptimizerConfig(name="sgd", nesterov=True)
+    with pytest.raises(ConfigError, match="only applies to muon"):
+        OptimizerConfig(name="adamw", muon_exclude=["embed"])
+    OptimizerConfig(name="lion", b1=1.0)  # lion's interpolation accepts b1 = 1
+
+
+def test_bad_regexes_are_errors():
+    with pytest.raises(ConfigError, match=r"frozen: '\(unclosed' is not a valid regex"):
+        OptimizerConfig(frozen=["(unclosed"])
+    with pytest.raises(ConfigError, match="weight_decay_mask"):
+        OptimizerConfig(weight_decay_mask=["ok", "[z-a]"])
+
+
+def test_unmatched_regexes_warn_naming_the_regex(params):
+    config = OptimizerConfig(
+        weight_decay=0.1,
+        weight_decay_mask=["norm", "layernorm_typo"],
+        lr_multipliers={"lm_haed": 2.0},
+        frozen=["^embed/"],
+    )
+    with pytest.warns(UnmatchedRegexWarning) as record:
+        build_optimizer(config, params)
+    messages = sorted(str(w.message) for w in record)
+    assert len(messages) == 2
+    assert "lr_multipliers: regex 'lm_haed' matches no parameter path" in messages[0]
+    assert "weight_decay_mask: regex 'layernorm_typo'" in messages[1]
+
+
+def test_default_no_decay_list_does_not_warn_on_models_without_biases(params):
+    params = {"w": params["lm_head"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build_optimizer(OptimizerConfig(weight_decay=0.1), params)
