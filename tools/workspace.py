@@ -50,7 +50,11 @@ def requirement_name(requirement: str) -> str:
 def load_package(folder: str) -> Package:
     project = tomllib.loads((PACKAGES_DIR / folder / "pyproject.toml").read_text())["project"]
     return Package(
-        folder, project["name"], project["version"], tuple(project.get("dependencies", ()))
+        folder,
+        project["name"],
+        project["version"],
+        tuple(project.get("dependencies", ())),
+        tuple(project.get("optional-dependencies", {})),
     )
 
 
