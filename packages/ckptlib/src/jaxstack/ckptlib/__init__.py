@@ -1,3 +1,52 @@
-"""Atomic, async, verified checkpoints of model, optimiser and data state on Orbax."""
+"""Atomic, async, verified checkpoints of model, optimiser and data state on Orbax.
 
-__all__: list[str] = []
+from jaxstack.ckptlib import CheckpointManager
+
+with CheckpointManager("/tmp/run/ckpt", max_to_keep=3) as mgr:
+    mgr.save(step, {"params": params, "opt_state": opt_state, "step": step},
+             data_state=data_iter.get_state(), metadata={"config": config})
+    restored = mgr.restore(target=abstract_state)   # newest good step, target's shardings
+"""
+
+from jaxstack.ckptlib._catalog import (
+    CheckpointInfo,
+    list_checkpoints,
+    read_manifest,
+    verify_checkpoints,
+)
+from jaxstack.ckptlib._errors import (
+    CheckpointExistsError,
+    CheckpointNotFoundError,
+    CheckpointSaveError,
+    CorruptCheckpointError,
+    Error,
+    TargetMismatchError,
+)
+from jaxstack.ckptlib._interop import export_params, restore_orbax
+from jaxstack.ckptlib._manager import CheckpointFallbackWarning, CheckpointManager, Restored
+from jaxstack.ckptlib._manifest import VerificationResult
+from jaxstack.ckptlib._preemption import PreemptionHandler, resume
+from jaxstack.ckptlib._safetensors import load_safetensors, save_safetensors
+
+__all__ = [
+    "CheckpointExistsError",
+    "CheckpointFallbackWarning",
+    "CheckpointInfo",
+    "CheckpointManager",
+    "CheckpointNotFoundError",
+    "CheckpointSaveError",
+    "CorruptCheckpointError",
+    "Error",
+    "PreemptionHandler",
+    "Restored",
+    "TargetMismatchError",
+    "VerificationResult",
+    "export_params",
+    "list_checkpoints",
+    "load_safetensors",
+    "read_manifest",
+    "restore_orbax",
+    "resume",
+    "save_safetensors",
+    "verify_checkpoints",
+]

@@ -1,0 +1,99 @@
+"""Read-only views of a checkpoint directory: list steps, describe one, verify them."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any
+
+from jaxstack.ckptlib import _layout, _manifest
+from jaxstack.ckptlib._errors import CheckpointNotFoundError
+from jaxstack.ckptlib._manifest import VerificationResult
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """One step directory as `list_checkpoints` sees it (from its manifest, no array reads).
+
+    Attributes:
+      step: the step number.
+      path: its directory.
+      ok: manifest readable and all files present with their sizes (`verify` reads the bytes).
+      problems: what is wrong when not ok.
+      size_bytes: total size of its files per the manifest (0 when unreadable).
+      metrics: the metrics saved with it.
+      created_unix: when its save started (seconds since the epoch).
+      num_leaves: number of arrays/scalars in its state.
+    """
+
+    step: int
+    path: Path
+    ok: bool
+    problems: tuple[str, ...]
+    size_bytes: int
+    metrics: dict[str, Any]
+    created_unix: float | None
+    num_leaves: int
+
+
+def _require_dir(directory: str | os.PathLike[str]) -> Path:
+    path = Path(os.fspath(directory))
+    if not path.is_dir():
+        raise CheckpointNotFoundError(f"checkpoint directory {path} does not exist")
+    return path
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointInfo]:
+    """Every committed step directory in `directory`, ascending, with a quick check each."""
+    root = _require_dir(directory)
+    infos = []
+    for step in _layout.committed_steps(root):
+        path = _layout.step_dir(root, step)
+        check = _manifest.quick_check(path)
+        try:
+            manifest = _manifest.load(path)
+        except (OSError, ValueError):
+            manifest = {}
+        infos.append(
+            CheckpointInfo(
+                step=step,
+                path=path,
+                ok=check.ok,
+                problems=check.problems,
+                size_bytes=sum(f["size"] for f in manifest.get("files", {}).values()),
+                metrics=manifest.get("metrics", {}),
+                created_unix=manifest.get("created_unix"),
+                num_leaves=len(manifest.get("leaves", [])),
+            )
+        )
+    return infos
+
+
+def read_manifest(directory: str | os.PathLike[str], step: int | None = None) -> dict[str, Any]:
+    """The manifest of `step` (default: the newest step whose manifest reads)."""
+    root = _require_dir(directory)
+    steps = _layout.committed_steps(root)
+    if step is None:
+        for s in reversed(steps):
+            try:
+                return _manifest.load(_layout.step_dir(root, s))
+            except (OSError, ValueError):
+                continue
+        raise CheckpointNotFoundError(f"no checkpoint with a readable manifest in {root}")
+    if step not in steps:
+        raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")
+    return _manifest.load(_layout.step_dir(root, step))
+
+
+def verify_checkpoints(
+    directory: str | os.PathLike[str], step: int | None = None
+) -> list[VerificationResult]:
+    """Recompute content hashes of `step`, or of every committed step when None."""
+    root = _require_dir(directory)
+    steps = _layout.committed_steps(root)
+    if step is not None:
+        if step not in steps:
+            raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")
+        steps = [step]
+    return [_manifest.verify(_layout.step_dir(root, s)) for s in steps]

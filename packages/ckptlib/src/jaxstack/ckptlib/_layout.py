@@ -1,0 +1,120 @@
+"""On-disk layout of a checkpoint directory and the file operations that make it atomic.
+
+    <directory>/
+      step_00000100/              committed: renamed into place only after everything is written
+        state/                    a plain Orbax PyTree checkpoint of the state (OCDBT/TensorStore)
+        data_state.json           the data iterator's state (of process 0; process i>0 writes
+                                  its own data_state.process_<i>.json)
+        metadata.json             user metadata (config, ...)
+        manifest.json             step, tree, shapes, dtypes, versions, metrics, file sha256s
+      .tmp-step_00000200/         a save in progress (or the leftovers of a crashed one)
+      .tmp-delete-step_00000050/  a checkpoint being deleted by retention
+
+The commit point is the rename of `.tmp-step_N` to `step_N`; rename of a directory is atomic on
+POSIX filesystems, so a step either exists whole (with its manifest) or not at all.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+STEP_PREFIX = "step_"
+TMP_PREFIX = ".tmp-"
+DELETE_PREFIX = ".tmp-delete-"
+STATE_DIR = "state"
+DATA_STATE_FILE = "data_state.json"
+METADATA_FILE = "metadata.json"
+MANIFEST_FILE = "manifest.json"
+_STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
+
+
+def data_state_file(process_index: int) -> str:
+    return DATA_STATE_FILE if process_index == 0 else f"data_state.process_{process_index}.json"
+
+
+def step_name(step: int) -> str:
+    return f"{STEP_PREFIX}{step:08d}"
+
+
+def step_dir(directory: Path, step: int) -> Path:
+    return directory / step_name(step)
+
+
+def tmp_dir(directory: Path, step: int) -> Path:
+    return directory / f"{TMP_PREFIX}{step_name(step)}"
+
+
+def committed_steps(directory: Path) -> list[int]:
+    """Steps whose directory has been renamed into place, ascending (not yet verified)."""
+    if not directory.is_dir():
+        return []
+    steps = []
+    for entry in os.scandir(directory):
+        match = _STEP_RE.match(entry.name)
+        if match and entry.is_dir():
+            steps.append(int(match.group(1)))
+    return sorted(steps)
+
+
+def leftover_tmp_dirs(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if p.name.startswith(TMP_PREFIX))
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a directory so that no half-deleted copy ever looks committed.
+
+    It is first renamed to a temporary name (atomic), then removed; a crash in between leaves
+    only a `.tmp-delete-*` directory, which the next start cleans up.
+    """
+    if not path.exists():
+        return
+    doomed = path
+    if not path.name.startswith(TMP_PREFIX):
+        doomed = path.with_name(f"{DELETE_PREFIX}{path.name}")
+        if doomed.exists():
+            shutil.rmtree(doomed)
+        os.rename(path, doomed)
+        fsync_dir(path.parent)
+    shutil.rmtree(doomed, ignore_errors=True)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON durably: temporary file, fsync, rename."""
+    tmp = path.with_name(f"{path.name}.tmp")
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: Path) -> Any:
+    with open(path) as f:
+        return json.load(f)
+
+
+def fsync_tree(root: Path) -> None:
+    """fsync every file and directory below root, so a rename commits durable bytes."""
+    for dirpath, _, filenames in os.walk(root):
+        for name in filenames:
+            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        fsync_dir(Path(dirpath))
