@@ -1,0 +1,167 @@
+"""Translate Hugging Face `config.json` dicts to ModelConfig and back.
+
+Reads both the transformers 4.x keys (`rope_theta`, `rope_scaling`) and the 5.x ones
+(`rope_parameters`). Settings nnlib does not implement raise ConfigError rather than load a
+model that would silently compute something else.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from jaxstack.nnlib._src.errors import ConfigError
+
+_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "gemma": "GemmaForCausalLM",
+    "gemma2": "Gemma2ForCausalLM",
+    "mixtral": "MixtralForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+_ACTIVATIONS = {
+    "silu": "silu",
+    "swish": "silu",
+    "gelu_pytorch_tanh": "gelu_tanh",
+    "gelu_new": "gelu_tanh",
+    "gelu": "gelu",
+}
+
+
+def _rope(d: Mapping[str, Any]) -> tuple[float, dict | None]:
+    params = d.get("rope_parameters") or {}
+    theta = d.get("rope_theta", params.get("rope_theta", 10000.0))
+    scaling = d.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"}
+    kind = scaling.get("rope_type", scaling.get("type")) if scaling else None
+    if kind in (None, "default"):
+        return float(theta), None
+    if kind not in ("llama3", "linear"):
+        raise ConfigError(f"rope scaling type {kind!r} is not supported (llama3, linear, default)")
+    return float(theta), {
+        "rope_type": kind,
+        **{k: v for k, v in scaling.items() if k not in ("rope_type", "type")},
+    }
+
+
+def config_from_hf(cls, d: Mapping[str, Any], overrides: Mapping[str, Any]):
+    family = d.get("model_type")
+    if family not in _ARCHITECTURES:
+        raise ConfigError(
+            f"model_type={family!r} is not supported; supported: {sorted(_ARCHITECTURES)}"
+        )
+    if d.get("mlp_bias"):
+        raise ConfigError("mlp_bias=true is not supported by nnlib's MLP")
+    heads = d["num_attention_heads"]
+    kw: dict[str, Any] = dict(
+        family=family,
+        vocab_size=d["vocab_size"],
+        d_model=d["hidden_size"],
+        num_layers=d["num_hidden_layers"],
+        num_heads=heads,
+        num_kv_heads=d.get("num_key_value_heads") or heads,
+        head_dim=d.get("head_dim") or d["hidden_size"] // heads,
+        mlp_dim=d["intermediate_size"],
+        max_seq_len=d.get("max_position_embeddings", 2048),
+        norm_eps=d.get("rms_norm_eps", 1e-6),
+        tie_embeddings=bool(d.get("tie_word_embeddings", family in ("gemma", "gemma2"))),
+    )
+    kw["rope_theta"], kw["rope_scaling"] = _rope(d)
+    stored = d.get("dtype") or d.get("torch_dtype")
+    if stored in ("float32", "bfloat16", "float16"):
+        kw["param_dtype"] = stored  # keep the checkpoint's precision (and memory footprint)
+    act = d.get("hidden_activation") or d.get("hidden_act") or "silu"
+    if family in ("gemma", "gemma2") and not d.get("hidden_activation"):
+        act = "gelu_pytorch_tanh"  # HF Gemma ignores hidden_act and uses the tanh approximation
+    if act not in _ACTIVATIONS:
+        raise ConfigError(f"activation {act!r} is not supported; supported: {sorted(_ACTIVATIONS)}")
+    kw["activation"] = _ACTIVATIONS[act]
+    kw["qkv_bias"] = family == "qwen2" or bool(d.get("attention_bias", False))
+    kw["qk_norm"] = family in ("qwen3", "qwen3_moe")
+    if family == "qwen2":
+        window = d.get("sliding_window") if d.get("use_sliding_window") else None
+        if window is not None:
+            raise ConfigError("qwen2 use_sliding_window=true (max_window_layers) is not supported")
+    elif family in ("mistral", "mixtral", "gemma2"):
+        kw["sliding_window"] = d.get("sliding_window")
+    if family == "gemma2":
+        n = kw["num_layers"]
+        kw["layer_types"] = tuple(
+            d.get("layer_types")
+            or ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n)]
+        )
+    if family in ("gemma", "gemma2"):
+        kw.update(norm_plus_one=True, embed_scale=True)
+    if family == "gemma2":
+        kw.update(
+            sandwich_norm=True,
+            attn_logit_soft_cap=d.get("attn_logit_softcapping"),
+            final_logit_soft_cap=d.get("final_logit_softcapping"),
+            query_pre_attn_scalar=d.get("query_pre_attn_scalar"),
+        )
+    if family == "mixtral":
+        kw.update(num_experts=d["num_local_experts"], experts_per_token=d["num_experts_per_tok"])
+    if family == "qwen3_moe":
+        if d.get("mlp_only_layers") or d.get("decoder_sparse_step", 1) != 1:
+            raise ConfigError(
+                "qwen3_moe with mlp_only_layers / decoder_sparse_step != 1 is not supported"
+            )
+        kw.update(
+            num_experts=d.get("num_experts") or d["num_local_experts"],
+            experts_per_token=d["num_experts_per_tok"],
+            mlp_dim=d["moe_intermediate_size"],
+            router_renormalize=bool(d.get("norm_topk_prob", True)),
+        )
+    kw.update(overrides)
+    return cls(**kw)
+
+
+def config_to_hf(config) -> dict[str, Any]:
+    """The HF config.json dict for a ModelConfig (transformers 4.x and 5.x both read it)."""
+    c = config
+    d: dict[str, Any] = {
+        "architectures": [_ARCHITECTURES[c.family]],
+        "model_type": c.family,
+        "vocab_size": c.vocab_size,
+        "hidden_size": c.d_model,
+        "num_hidden_layers": c.num_layers,
+        "num_attention_heads": c.num_heads,
+        "num_key_value_heads": c.num_kv_heads,
+        "head_dim": c.head_dim,
+        "intermediate_size": c.mlp_dim,
+        "max_position_embeddings": c.max_seq_len,
+        "rms_norm_eps": c.norm_eps,
+        "rope_theta": c.rope_theta,
+        "rope_scaling": dict(c.rope_scaling) if c.rope_scaling else None,
+        "tie_word_embeddings": c.tie_embeddings,
+        "torch_dtype": c.param_dtype,
+        "dtype": c.param_dtype,
+    }
+    act = {"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[c.activation]
+    d["hidden_activation" if c.family.startswith("gemma") else "hidden_act"] = act
+    if c.family not in ("qwen2",):
+        d["attention_bias"] = c.qkv_bias
+    if c.sliding_window is not None:
+        d["sliding_window"] = c.sliding_window
+    if c.layer_types is not None:
+        d["layer_types"] = list(c.layer_types)
+    if c.family == "gemma2":
+        d.update(
+            attn_logit_softcapping=c.attn_logit_soft_cap,
+            final_logit_softcapping=c.final_logit_soft_cap,
+            query_pre_attn_scalar=c.query_pre_attn_scalar or c.head_dim,
+        )
+    if c.family == "mixtral":
+        d.update(num_local_experts=c.num_experts, num_experts_per_tok=c.experts_per_token)
+    if c.family == "qwen3_moe":
+        d.update(
+            num_experts=c.num_experts,
+            num_experts_per_tok=c.experts_per_token,
+            moe_intermediate_size=c.mlp_dim,
+            norm_topk_prob=c.router_renormalize,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+        )
+    return d

@@ -1,0 +1,202 @@
+"""Load HF safetensors checkpoints into nnlib models and save nnlib models in the HF layout.
+
+Loading is streaming: the checkpoint is validated from headers alone (one error listing all
+missing, unexpected and mis-shaped tensors before any data is read), then tensors are read one
+at a time from memory maps and written into the model. A model built with `load_hf_checkpoint`
+is created abstractly first (nnx.eval_shape), so no random weights are materialised either.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxstack.nnlib._src.config import ModelConfig
+from jaxstack.nnlib._src.errors import CheckpointMismatchError, Error
+from jaxstack.nnlib._src.hf_config import config_to_hf
+from jaxstack.nnlib._src.hf_names import TensorMap, tensor_maps
+from jaxstack.nnlib._src.paths import iter_variables
+from jaxstack.nnlib._src.safetensors_io import SafetensorsFile, save_file
+
+_IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
+_LAYER = re.compile(r"^layers/(\d+)/(.*)$")
+
+
+class _Checkpoint:
+    """Tensor name -> file of a single-file or index.json-sharded checkpoint."""
+
+    def __init__(self, path: str | os.PathLike):
+        path = pathlib.Path(path)
+        index = None
+        if path.is_dir():
+            index_path = path / "model.safetensors.index.json"
+            if index_path.exists():
+                index = index_path
+            elif (path / "model.safetensors").exists():
+                path = path / "model.safetensors"
+            else:
+                raise Error(
+                    f"{path} holds neither model.safetensors nor model.safetensors.index.json"
+                )
+        elif path.name.endswith(".index.json"):
+            index = path
+        if index is not None:
+            weight_map = json.loads(index.read_text())["weight_map"]
+            files = {f: SafetensorsFile(index.parent / f) for f in sorted(set(weight_map.values()))}
+            self.where = {name: files[f] for name, f in weight_map.items()}
+        else:
+            f = SafetensorsFile(path)
+            self.where = dict.fromkeys(f.keys(), f)
+        self.source = str(path)
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: f.shape(name) for name, f in self.where.items()}
+
+    def get(self, name: str) -> np.ndarray:
+        return self.where[name].get(name)
+
+
+def check_checkpoint(
+    maps: list[TensorMap], shapes: dict[str, tuple[int, ...]], *, tied: bool, source: str
+):
+    """Raise one CheckpointMismatchError naming every missing, unexpected, mis-shaped tensor."""
+    expected = {n: s for m in maps for n, s in zip(m.hf_names, m.hf_shapes, strict=True)}
+    ignorable = {n for n in shapes if _IGNORED.match(n) or (tied and n == "lm_head.weight")}
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected) - ignorable)
+    mis_shaped = [
+        (n, tuple(shapes[n]), tuple(s))
+        for n, s in expected.items()
+        if n in shapes and tuple(shapes[n]) != tuple(s)
+    ]
+    if missing or unexpected or mis_shaped:
+        raise CheckpointMismatchError(missing, unexpected, mis_shaped, source=source)
+
+
+def _target(path: str, stacked: set[str]) -> tuple[str, int | None]:
+    """Per-layer path -> (model path, layer slot) when layers are stacked."""
+    m = _LAYER.match(path)
+    if m and f"layers/{m.group(2)}" in stacked:
+        return f"layers/{m.group(2)}", int(m.group(1))
+    return path, None
+
+
+def load_hf_weights(model: nnx.Module, path: str | os.PathLike) -> nnx.Module:
+    """Load an HF checkpoint (file, folder or index.json) into `model` in place; returns it.
+
+    LoRA adapters on the model are left untouched (they are not part of HF checkpoints).
+    """
+    config: ModelConfig = model.config
+    ckpt = _Checkpoint(path)
+    maps = tensor_maps(config)
+    check_checkpoint(maps, ckpt.shapes(), tied=config.tie_embeddings, source=ckpt.source)
+    from jaxstack.nnlib._src.lora import WEIGHTS
+
+    state = nnx.state(model, WEIGHTS)
+    variables = dict(iter_variables(state))
+    stacked = {p for p in variables if config.scan_layers and p.startswith("layers/")}
+    buffers: dict[str, np.ndarray] = {}
+    for m in maps:
+        target, slot = _target(m.path, stacked)
+        var = variables[target]
+        array = m.to_nnlib([ckpt.get(n) for n in m.hf_names])
+        if slot is None:
+            var.set_value(jnp.asarray(array, var.dtype))
+        else:
+            if target not in buffers:
+                buffers[target] = np.zeros(var.shape, np.dtype(var.dtype))
+            buffers[target][slot] = array
+    for target, buf in buffers.items():
+        variables[target].set_value(jnp.asarray(buf))
+    nnx.update(model, state)
+    return model
+
+
+def load_hf_checkpoint(
+    path: str | os.PathLike,
+    *,
+    config: ModelConfig | None = None,
+    attention_fn=None,
+    **config_overrides: Any,
+) -> nnx.Module:
+    """Build a Transformer from an HF folder (config.json + safetensors) without random init.
+
+    `config_overrides` (e.g. scan_layers=True, dtype="bfloat16") adjust the config read from
+    config.json.
+    """
+    from jaxstack.nnlib._src.transformer import Transformer
+
+    if config is None:
+        config = ModelConfig.from_hf_config(path, **config_overrides)
+    elif config_overrides:
+        config = config.replace(**config_overrides)
+    model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0), attention_fn=attention_fn))
+    return load_hf_weights(model, path)
+
+
+def _param_arrays(model: nnx.Module) -> dict[str, Any]:
+    """Model path -> array, with any LoRA adapters merged into their base kernels."""
+    from jaxstack.nnlib._src.lora import merged_kernels
+
+    return merged_kernels(model)
+
+
+def save_hf_checkpoint(
+    model: nnx.Module, directory: str | os.PathLike, *, max_shard_bytes: int | None = None
+) -> pathlib.Path:
+    """Write config.json and model.safetensors (or shards + index.json) in the HF layout.
+
+    LoRA adapters are merged into the exported weights. The folder is written under a
+    temporary name and renamed, so a crash never leaves a half checkpoint behind.
+    """
+    config: ModelConfig = model.config
+    directory = pathlib.Path(directory)
+    tmp = directory.with_name(directory.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    arrays = _param_arrays(model)
+    stacked = {p for p in arrays if config.scan_layers and p.startswith("layers/")}
+    maps = tensor_maps(config)
+    itemsize = np.dtype(jnp.dtype(config.param_dtype)).itemsize
+    shards: list[list[TensorMap]] = [[]]
+    size = 0
+    for m in maps:
+        nbytes = sum(int(np.prod(s)) for s in m.hf_shapes) * itemsize
+        if max_shard_bytes and shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append(m)
+        size += nbytes
+
+    def tensors(group):
+        for m in group:
+            target, slot = _target(m.path, stacked)
+            array = np.asarray(arrays[target] if slot is None else arrays[target][slot])
+            yield from zip(m.hf_names, m.to_hf(array), strict=True)
+
+    if len(shards) == 1:
+        save_file(tensors(shards[0]), tmp / "model.safetensors")
+    else:
+        weight_map, total = {}, 0
+        for i, group in enumerate(shards):
+            name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            items = list(tensors(group))
+            save_file(items, tmp / name)
+            for n, t in items:
+                weight_map[n] = name
+                total += t.nbytes
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
+    (tmp / "config.json").write_text(json.dumps(config_to_hf(config), indent=2))
+    if directory.exists():
+        shutil.rmtree(directory)
+    os.replace(tmp, directory)
+    return directory

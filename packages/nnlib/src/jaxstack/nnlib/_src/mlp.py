@@ -1,0 +1,43 @@
+"""Gated MLPs: SwiGLU (Llama, Qwen, Mistral) and GeGLU (Gemma), down(act(gate(x)) * up(x))."""
+
+from __future__ import annotations
+
+import jax
+from flax import nnx
+
+from jaxstack.nnlib._src.config import ModelConfig, dtype_of
+
+
+def activation(name: str):
+    """silu, gelu_tanh (HF gelu_pytorch_tanh) or exact gelu."""
+    return {
+        "silu": jax.nn.silu,
+        "gelu_tanh": lambda x: jax.nn.gelu(x, approximate=True),
+        "gelu": lambda x: jax.nn.gelu(x, approximate=False),
+    }[name]
+
+
+class GatedMLP(nnx.Module):
+    def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
+        from jaxstack.nnlib._src.dense import Dense
+
+        c = config
+        kw = dict(
+            init_std=c.init_std,
+            dtype=dtype_of(c.dtype),
+            param_dtype=dtype_of(c.param_dtype),
+            rngs=rngs,
+        )
+        self.gate_proj = Dense(
+            (c.d_model,), (c.mlp_dim,), in_axes=("embed",), out_axes=("mlp",), **kw
+        )
+        self.up_proj = Dense(
+            (c.d_model,), (c.mlp_dim,), in_axes=("embed",), out_axes=("mlp",), **kw
+        )
+        self.down_proj = Dense(
+            (c.mlp_dim,), (c.d_model,), in_axes=("mlp",), out_axes=("embed",), **kw
+        )
+        self.act = c.activation
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(activation(self.act)(self.gate_proj(x)) * self.up_proj(x))
