@@ -1,0 +1,1 @@
+"""Private machinery shared by every op: errors, device facts, choice, tuning cache."""

@@ -1,0 +1,53 @@
+"""Block-size configurations: small frozen dataclasses that round-trip through JSON.
+
+Every Pallas implementation has one; the tuning cache stores them as plain dicts (results are
+data, not code), and `from_dict` refuses unknown keys so a stale cache entry fails loudly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Self
+
+from jaxstack.kernlib._src.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelConfig:
+    """Base of per-implementation configurations (block sizes, warps, stages)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Self:
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(
+                f"{cls.__name__} has no field(s) {unknown}; valid fields are {sorted(names)}"
+            )
+        return cls(**data)
+
+    @classmethod
+    def coerce(cls, value: Any) -> Self:
+        """Accept an instance, a dict (as stored in the tuning cache) or None (the defaults)."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if isinstance(value, dict):
+            return cls.from_dict(value)
+        raise ConfigError(
+            f"config must be a {cls.__name__}, a dict of its fields or None, got {value!r}"
+        )
+
+    @classmethod
+    def sweep(cls) -> list[Self]:
+        """Candidate configurations the autotuner times (defaults first, so ties keep them)."""
+        return [cls()]
+
+
+def check_power_of_two(name: str, value: int, minimum: int = 1) -> None:
+    if value < minimum or value & (value - 1):
+        raise ConfigError(f"{name}={value} must be a power of two >= {minimum}")

@@ -1,0 +1,29 @@
+"""Lowering kernels for a device this machine does not have (ahead-of-time checks).
+
+`lower_for("gpu", fn, *args)` runs the real Pallas Triton lowering (Triton IR for an H100) and
+`lower_for("tpu", ...)` the real Mosaic lowering, on a CPU-only host. That catches what
+interpret mode cannot: non-power-of-two Triton tiles, illegal TPU block shapes, unsupported
+primitives. Final compilation (ptxas, the TPU compiler) still needs the device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+from jax._src import mesh as mesh_lib
+
+TARGETS = {
+    "gpu": ("cuda", "NVIDIA H100"),
+    "tpu": ("tpu", "TPU v5 lite"),
+}
+
+
+def lower_for(platform: str, fn, *args: Any) -> str:
+    """StableHLO text of `jax.jit(fn)` lowered for `platform` ('gpu' or 'tpu')."""
+    lowering_platform, kind = TARGETS[platform]
+    device = mesh_lib.AbstractDevice(device_kind=kind, num_cores=1, platform=platform)
+    mesh = jax.sharding.AbstractMesh((1,), ("x",), abstract_device=device)
+    with jax.sharding.use_abstract_mesh(mesh):
+        traced = jax.jit(fn).trace(*args)
+        return traced.lower(lowering_platforms=(lowering_platform,)).as_text()

@@ -1,0 +1,1 @@
+"""Flash attention (forward and backward) with GQA, packed segments, sliding window, soft-cap."""

@@ -1,0 +1,65 @@
+"""Pieces the Pallas attention backends share: padding, block clamping, loop bounds."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+
+def next_power_of_two(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def clamp_block(block: int, seq_len: int, minimum: int) -> int:
+    """A power-of-two block no larger than the (power-of-two rounded) sequence needs."""
+    return max(minimum, min(block, next_power_of_two(seq_len)))
+
+
+def pad_sequence(q, k, v, segment_ids, multiple: int, head_dim_to: int | None = None):
+    """Pads T to a multiple (padding tokens get segment 0) and optionally D with zeros.
+
+    Returns padded (q, k, v, segment_ids); segment_ids is created only when padding needs it.
+    """
+    t, d = q.shape[1], q.shape[3]
+    t_pad = -t % multiple
+    d_pad = 0 if head_dim_to is None else head_dim_to - d
+    if t_pad or d_pad:
+        widths = ((0, 0), (0, t_pad), (0, 0), (0, d_pad))
+        q, k, v = (jnp.pad(x, widths) for x in (q, k, v))
+    if t_pad:
+        if segment_ids is None:
+            segment_ids = jnp.ones((q.shape[0], t), jnp.int32)
+        segment_ids = jnp.pad(segment_ids.astype(jnp.int32), ((0, 0), (0, t_pad)))
+    elif segment_ids is not None:
+        segment_ids = segment_ids.astype(jnp.int32)
+    return q, k, v, segment_ids
+
+
+def kv_block_range(iq, block_q: int, block_k: int, num_k_blocks: int, causal: bool, window):
+    """[lo, hi) of key blocks that query block `iq` can see (traced ints)."""
+    first_q = iq * block_q
+    last_q = first_q + block_q - 1
+    lo = 0
+    if window is not None:
+        lo = jnp.maximum(0, lax.div(first_q - (window - 1), block_k))
+    hi = num_k_blocks
+    if causal:
+        hi = jnp.minimum(num_k_blocks, lax.div(last_q, block_k) + 1)
+    return lo, hi
+
+
+def q_block_range(ik, block_q: int, block_k: int, num_q_blocks: int, causal: bool, window):
+    """[lo, hi) of query blocks that can see key block `ik` (traced ints)."""
+    first_k = ik * block_k
+    last_k = first_k + block_k - 1
+    lo = lax.div(first_k, block_q) if causal else 0
+    hi = num_q_blocks
+    if window is not None:
+        hi = jnp.minimum(num_q_blocks, lax.div(last_k + window - 1, block_q) + 1)
+    return lo, hi
+
+
+def sum_kv_groups(grad_per_q_head, num_kv_heads: int):
+    """[B,T,Hq,D] gradients of per-query-head copies of k/v -> [B,T,Hkv,D]."""
+    b, t, hq, d = grad_per_q_head.shape
+    return grad_per_q_head.reshape(b, t, num_kv_heads, hq // num_kv_heads, d).sum(axis=3)

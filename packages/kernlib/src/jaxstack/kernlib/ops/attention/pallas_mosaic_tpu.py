@@ -1,0 +1,391 @@
+"""Flash attention for TPUs in Pallas Mosaic: forward, and a two-kernel backward (dq; dk+dv).
+
+Layout inside the kernels is [B, H, T, D] (TPU tiles want the sequence and head_dim as the last
+two block dimensions). Grid (batch, head, query block, key block) with the key axis sequential
+("arbitrary"): running max / sum / accumulator live in VMEM scratch across it, and blocks the
+causal / sliding-window mask cannot reach are skipped. Row statistics (log-sum-exp, delta) and
+query segment ids are kept 128 lanes wide and key segment ids 8 sublanes tall, the shapes
+Mosaic lays out natively (as jax's own TPU flash attention does).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from jaxstack.kernlib._src.config import KernelConfig
+from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib.ops.attention import _common, base
+
+LANES = 128
+SUBLANES = 8
+NT = (((1,), (1,)), ((), ()))  # a @ b.T
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(KernelConfig):
+    """Tile sizes of the Mosaic kernels (multiples of 128)."""
+
+    block_q: int = 128
+    block_k: int = 128
+    block_q_bwd: int = 128
+    block_k_bwd: int = 128
+
+    def __post_init__(self):
+        for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
+            value = getattr(self, name)
+            if value < LANES or value % LANES:
+                raise ConfigError(f"{name}={value} must be a positive multiple of {LANES}")
+
+    @classmethod
+    def sweep(cls):
+        out = [cls()]
+        for bq, bk in ((256, 256), (256, 512), (512, 512), (512, 1024)):
+            out.append(cls(block_q=bq, block_k=bk, block_q_bwd=bq, block_k_bwd=bq))
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    causal: bool
+    window: int | None
+    cap: float | None
+    scale: float
+    has_seg: bool
+    group: int
+    config: Config
+    interpret: bool
+
+
+def _scores(q, k, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
+    """Soft-capped logits, tanh (for the cap's derivative), and the visibility mask."""
+    s = jax.lax.dot_general(q, k, NT, preferred_element_type=jnp.float32) * st.scale
+    t = None
+    if st.cap is not None:
+        t = jnp.tanh(s / st.cap)
+        s = st.cap * t
+    shape = (bq, bk)
+    q_pos = iq * bq + jax.lax.broadcasted_iota(jnp.int32, shape, 0)
+    k_pos = ik * bk + jax.lax.broadcasted_iota(jnp.int32, shape, 1)
+    q_seg = k_seg = None
+    if st.has_seg:
+        q_seg = jnp.tile(qs_ref[...], (1, bk // LANES))
+        k_seg = ks_ref[:1, :]
+    mask = base.visible(q_pos, k_pos, q_seg, k_seg, causal=st.causal, sliding_window=st.window)
+    return s, t, mask
+
+
+def _split(refs, st: _Static, n_in: int):
+    ins, rest = refs[:n_in], refs[n_in:]
+    segs = (None, None)
+    if st.has_seg:
+        segs, rest = rest[:2], rest[2:]
+    return ins, segs, rest
+
+
+def _fwd_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
+    (q_ref, k_ref, v_ref), (qs_ref, ks_ref), (o_ref, lse_ref, m_scr, l_scr, acc_scr) = _split(
+        refs, st, 3
+    )
+    iq, ik = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(ik == 0)
+    def _init():
+        m_scr[...] = jnp.full(m_scr.shape, base.MASK_VALUE, jnp.float32)
+        l_scr[...] = jnp.zeros(l_scr.shape, jnp.float32)
+        acc_scr[...] = jnp.zeros(acc_scr.shape, jnp.float32)
+
+    lo, hi = _common.kv_block_range(iq, bq, bk, nk, st.causal, st.window)
+
+    @pl.when(jnp.logical_and(ik >= lo, ik < hi))
+    def _step():
+        s, _, mask = _scores(q_ref[...], k_ref[...], iq, ik, bq, bk, qs_ref, ks_ref, st)
+        if mask is not None:
+            s = jnp.where(mask, s, base.MASK_VALUE)
+        m_prev = m_scr[...]
+        m_new = jnp.maximum(m_prev, jnp.max(s, axis=1, keepdims=True))
+        alpha = jnp.exp(m_prev - m_new)
+        p = jnp.exp(s - m_new[:, :1])
+        if mask is not None:
+            p = jnp.where(mask, p, 0.0)
+        l_scr[...] = alpha * l_scr[...] + jnp.sum(p, axis=1, keepdims=True)
+        m_scr[...] = m_new
+        v = v_ref[...]
+        pv = jax.lax.dot(p.astype(v.dtype), v, preferred_element_type=jnp.float32)
+        acc_scr[...] = alpha[:, :1] * acc_scr[...] + pv
+
+    @pl.when(ik == nk - 1)
+    def _finish():
+        row_sum = l_scr[...]
+        empty = row_sum == 0.0
+        l_safe = jnp.where(empty, 1.0, row_sum)
+        o_ref[...] = (acc_scr[...] / l_safe[:, :1]).astype(o_ref.dtype)
+        lse_ref[...] = jnp.where(empty, 0.0, m_scr[...] + jnp.log(l_safe))
+
+
+def _seg_arrays(seg):
+    b, t = seg.shape
+    q_seg = jnp.broadcast_to(seg[:, :, None], (b, t, LANES))
+    k_seg = jnp.broadcast_to(seg[:, None, :], (b, SUBLANES, t))
+    return q_seg, k_seg
+
+
+def _forward(q, k, v, seg, st: _Static):
+    """q [B,Hq,T,D], k/v [B,Hkv,T,D] -> out [B,Hq,T,D], lse [B,Hq,T,128]."""
+    b, hq, t, d = q.shape
+    bq, bk, g = st.config.block_q, st.config.block_k, st.group
+    nq, nk = t // bq, t // bk
+    in_specs = [
+        pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0)),
+        pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0)),
+        pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0)),
+    ]
+    args = [q, k, v]
+    if st.has_seg:
+        in_specs += [
+            pl.BlockSpec((None, bq, LANES), lambda bb, h, i, j: (bb, i, 0)),
+            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, i, j: (bb, 0, j)),
+        ]
+        args += list(_seg_arrays(seg))
+    return pl.pallas_call(
+        functools.partial(_fwd_kernel, st=st, bq=bq, bk=bk, nk=nk),
+        grid=(b, hq, nq, nk),
+        in_specs=in_specs,
+        out_specs=[
+            pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0)),
+            pl.BlockSpec((None, None, bq, LANES), lambda bb, h, i, j: (bb, h, i, 0)),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct(q.shape, q.dtype),
+            jax.ShapeDtypeStruct((b, hq, t, LANES), jnp.float32),
+        ],
+        scratch_shapes=[
+            pltpu.VMEM((bq, LANES), jnp.float32),
+            pltpu.VMEM((bq, LANES), jnp.float32),
+            pltpu.VMEM((bq, d), jnp.float32),
+        ],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
+        ),
+        interpret=st.interpret,
+        name="kernlib_attention_fwd",
+    )(*args)
+
+
+def _probs_and_dscores(q, k, v, do, lse, delta, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
+    s, t, mask = _scores(q, k, iq, ik, bq, bk, qs_ref, ks_ref, st)
+    p = jnp.exp(s - lse[:, :1])
+    if mask is not None:
+        p = jnp.where(mask, p, 0.0)
+    dp = jax.lax.dot_general(do, v, NT, preferred_element_type=jnp.float32)
+    ds = p * (dp - delta[:, :1])
+    if t is not None:
+        ds = ds * (1.0 - t * t)
+    return p, ds
+
+
+def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
+    ins, (qs_ref, ks_ref), (dq_ref, dq_scr) = _split(refs, st, 6)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref = ins
+    iq, ik = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(ik == 0)
+    def _init():
+        dq_scr[...] = jnp.zeros(dq_scr.shape, jnp.float32)
+
+    lo, hi = _common.kv_block_range(iq, bq, bk, nk, st.causal, st.window)
+
+    @pl.when(jnp.logical_and(ik >= lo, ik < hi))
+    def _step():
+        k = k_ref[...]
+        _, ds = _probs_and_dscores(
+            q_ref[...],
+            k,
+            v_ref[...],
+            do_ref[...],
+            lse_ref[...],
+            dl_ref[...],
+            iq,
+            ik,
+            bq,
+            bk,
+            qs_ref,
+            ks_ref,
+            st,
+        )
+        dq_scr[...] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
+
+    @pl.when(ik == nk - 1)
+    def _finish():
+        dq_ref[...] = (dq_scr[...] * st.scale).astype(dq_ref.dtype)
+
+
+def _dkv_kernel(*refs, st: _Static, bq: int, bk: int, nq: int):
+    ins, (qs_ref, ks_ref), (dk_ref, dv_ref, dk_scr, dv_scr) = _split(refs, st, 6)
+    q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref = ins
+    ik, iq = pl.program_id(2), pl.program_id(3)
+
+    @pl.when(iq == 0)
+    def _init():
+        dk_scr[...] = jnp.zeros(dk_scr.shape, jnp.float32)
+        dv_scr[...] = jnp.zeros(dv_scr.shape, jnp.float32)
+
+    lo, hi = _common.q_block_range(ik, bq, bk, nq, st.causal, st.window)
+
+    @pl.when(jnp.logical_and(iq >= lo, iq < hi))
+    def _step():
+        q, do = q_ref[...], do_ref[...]
+        p, ds = _probs_and_dscores(
+            q,
+            k_ref[...],
+            v_ref[...],
+            do,
+            lse_ref[...],
+            dl_ref[...],
+            iq,
+            ik,
+            bq,
+            bk,
+            qs_ref,
+            ks_ref,
+            st,
+        )
+        dv_scr[...] += jax.lax.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
+        dk_scr[...] += jax.lax.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32)
+
+    @pl.when(iq == nq - 1)
+    def _finish():
+        dk_ref[...] = dk_scr[...] * st.scale
+        dv_ref[...] = dv_scr[...]
+
+
+def _backward(q, k, v, seg, out, lse, do, st: _Static):
+    b, hq, t, d = q.shape
+    g = st.group
+    bq, bk = st.config.block_q_bwd, st.config.block_k_bwd
+    nq, nk = t // bq, t // bk
+    delta = jnp.sum(out.astype(jnp.float32) * do.astype(jnp.float32), axis=-1, keepdims=True)
+    delta = jnp.broadcast_to(delta, (b, hq, t, LANES))
+    segs = list(_seg_arrays(seg)) if st.has_seg else []
+    params = pltpu.CompilerParams(
+        dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
+    )
+
+    # dq: grid (b, h, query block, key block)
+    qrow = pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0))
+    krow = pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0))
+    stat = pl.BlockSpec((None, None, bq, LANES), lambda bb, h, i, j: (bb, h, i, 0))
+    seg_specs = []
+    if st.has_seg:
+        seg_specs = [
+            pl.BlockSpec((None, bq, LANES), lambda bb, h, i, j: (bb, i, 0)),
+            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, i, j: (bb, 0, j)),
+        ]
+    dq = pl.pallas_call(
+        functools.partial(_dq_kernel, st=st, bq=bq, bk=bk, nk=nk),
+        grid=(b, hq, nq, nk),
+        in_specs=[qrow, krow, krow, qrow, stat, stat, *seg_specs],
+        out_specs=qrow,
+        out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
+        scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
+        compiler_params=params,
+        interpret=st.interpret,
+        name="kernlib_attention_bwd_dq",
+    )(q, k, v, do, lse, delta, *segs)
+
+    # dk, dv: grid (b, h, key block, query block), one f32 copy per query head
+    qrow_t = pl.BlockSpec((None, None, bq, d), lambda bb, h, j, i: (bb, h, i, 0))
+    krow_t = pl.BlockSpec((None, None, bk, d), lambda bb, h, j, i: (bb, h // g, j, 0))
+    stat_t = pl.BlockSpec((None, None, bq, LANES), lambda bb, h, j, i: (bb, h, i, 0))
+    seg_specs_t = []
+    if st.has_seg:
+        seg_specs_t = [
+            pl.BlockSpec((None, bq, LANES), lambda bb, h, j, i: (bb, i, 0)),
+            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, j, i: (bb, 0, j)),
+        ]
+    out_row = pl.BlockSpec((None, None, bk, d), lambda bb, h, j, i: (bb, h, j, 0))
+    per_head = jax.ShapeDtypeStruct((b, hq, t, d), jnp.float32)
+    dk, dv = pl.pallas_call(
+        functools.partial(_dkv_kernel, st=st, bq=bq, bk=bk, nq=nq),
+        grid=(b, hq, nk, nq),
+        in_specs=[qrow_t, krow_t, krow_t, qrow_t, stat_t, stat_t, *seg_specs_t],
+        out_specs=[out_row, out_row],
+        out_shape=[per_head, per_head],
+        scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],
+        compiler_params=params,
+        interpret=st.interpret,
+        name="kernlib_attention_bwd_dkv",
+    )(q, k, v, do, lse, delta, *segs)
+    hkv = k.shape[1]
+    dk = dk.reshape(b, hkv, g, t, d).sum(axis=2).astype(k.dtype)
+    dv = dv.reshape(b, hkv, g, t, d).sum(axis=2).astype(v.dtype)
+    return dq, dk, dv
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def _flash(q, k, v, seg, st: _Static):
+    return _forward(q, k, v, seg, st)[0]
+
+
+def _flash_fwd(q, k, v, seg, st: _Static):
+    out, lse = _forward(q, k, v, seg, st)
+    return out, (q, k, v, seg, out, lse)
+
+
+def _flash_bwd(st: _Static, res, do):
+    q, k, v, seg, out, lse = res
+    dq, dk, dv = _backward(q, k, v, seg, out, lse, do, st)
+    return dq, dk, dv, None
+
+
+_flash.defvjp(_flash_fwd, _flash_bwd)
+
+
+def check(q, k, v, segment_ids=None, **options) -> str | None:
+    if q.dtype not in (jnp.float32, jnp.bfloat16):
+        return f"dtype {q.dtype} is not float32/bfloat16"
+    return None
+
+
+def run(
+    q,
+    k,
+    v,
+    segment_ids=None,
+    *,
+    config: Config,
+    interpret: bool = False,
+    causal: bool = True,
+    sliding_window: int | None = None,
+    logits_soft_cap: float | None = None,
+    scale: float | None = None,
+):
+    t, d = q.shape[1], q.shape[3]
+    clamp = lambda blk: _common.clamp_block(blk, t, LANES)
+    cfg = Config(
+        block_q=clamp(config.block_q),
+        block_k=clamp(config.block_k),
+        block_q_bwd=clamp(config.block_q_bwd),
+        block_k_bwd=clamp(config.block_k_bwd),
+    )
+    multiple = math.lcm(cfg.block_q, cfg.block_k, cfg.block_q_bwd, cfg.block_k_bwd)
+    qp, kp, vp, seg = _common.pad_sequence(q, k, v, segment_ids, multiple)
+    st = _Static(
+        causal=bool(causal),
+        window=None if sliding_window is None else int(sliding_window),
+        cap=None if logits_soft_cap is None else float(logits_soft_cap),
+        scale=base.default_scale(d, scale),
+        has_seg=seg is not None,
+        group=q.shape[2] // k.shape[2],
+        config=cfg,
+        interpret=bool(interpret),
+    )
+    to_bhtd = lambda x: jnp.swapaxes(x, 1, 2)
+    out = _flash(to_bhtd(qp), to_bhtd(kp), to_bhtd(vp), seg, st)
+    return to_bhtd(out)[:, :t]

@@ -1,0 +1,1 @@
+"""Grouped (ragged) matmul for mixture-of-experts layers."""

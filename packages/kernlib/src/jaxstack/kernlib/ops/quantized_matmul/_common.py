@@ -1,0 +1,39 @@
+"""Shared by the Pallas quantized-matmul backends: row flattening and the x-only custom VJP."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+
+from jaxstack.kernlib.ops.quantized_matmul import base
+
+
+def make_differentiable(forward):
+    """forward(x2, values, scales, zp, st) -> [M, N]; the VJP reaches x only (weights are
+    constants), computed by XLA against the dequantised weight."""
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+    def f(x2, values, scales, zp, st):
+        return forward(x2, values, scales, zp, st)
+
+    def fwd(x2, values, scales, zp, st):
+        # a zero-size array carries x's dtype through the residuals (dtypes are not JAX types)
+        return forward(x2, values, scales, zp, st), (values, scales, zp, jnp.zeros((0,), x2.dtype))
+
+    def bwd(st, res, dout):
+        values, scales, zp, dtype_carrier = res
+        x_dtype = dtype_carrier.dtype
+        w = base.dequantize(values, scales, zp, x_dtype)
+        dx = jnp.matmul(dout.astype(x_dtype), w.T, preferred_element_type=jnp.float32)
+        zeros = lambda a: None if a is None else jnp.zeros_like(a)
+        return dx.astype(x_dtype), None, zeros(scales), zeros(zp)
+
+    f.defvjp(fwd, bwd)
+    return f
+
+
+def flatten_rows(x):
+    return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])

@@ -1,0 +1,149 @@
+"""Quantized matmul in Pallas Mosaic (TPU): int8 weight tiles DMA'd to VMEM, converted there.
+
+Grid (row tile, column tile, K block) with K sequential and an f32 VMEM accumulator. A K block
+never straddles a scale tile, so each block's product is scaled by one scale row; scales (and
+zero points) are laid out [tiles, 1, N] so their (1, block_n) blocks are legal TPU tiles. int4
+codes are widened to int8 by XLA before the call (TPU int4 VMEM layouts are not used yet), so
+int4 saves memory at rest but not HBM bandwidth on this path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from jaxstack.kernlib._src.config import KernelConfig
+from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib.ops.quantized_matmul import _common
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(KernelConfig):
+    block_m: int = 128
+    block_n: int = 256
+    block_k: int = 512
+
+    def __post_init__(self):
+        if self.block_m < 8 or self.block_m % 8:
+            raise ConfigError(f"block_m={self.block_m} must be a positive multiple of 8")
+        for name in ("block_n", "block_k"):
+            value = getattr(self, name)
+            if value < 128 or value % 128:
+                raise ConfigError(f"{name}={value} must be a positive multiple of 128")
+
+    @classmethod
+    def sweep(cls):
+        return [cls(), cls(128, 512, 512), cls(256, 256, 1024), cls(512, 512, 512)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    config: Config
+    tile_k: int
+    has_zp: bool
+    out_dtype: str
+    interpret: bool
+
+
+def _kernel(*refs, st: _Static, nk: int):
+    x_ref, v_ref, s_ref, *rest = refs
+    zp_ref = rest[0] if st.has_zp else None
+    o_ref, acc_ref = rest[-2], rest[-1]
+    kb = pl.program_id(2)
+
+    @pl.when(kb == 0)
+    def _init():
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    w = v_ref[...].astype(jnp.float32)
+    if zp_ref is not None:
+        w = w - zp_ref[...].astype(jnp.float32)
+    x = x_ref[...]
+    part = jnp.dot(x, w.astype(x.dtype), preferred_element_type=jnp.float32)
+    acc_ref[...] += part * s_ref[...].astype(jnp.float32)
+
+    @pl.when(kb == nk - 1)
+    def _store():
+        o_ref[...] = acc_ref[...].astype(o_ref.dtype)
+
+
+def _pad(a, multiples):
+    return jnp.pad(a, [(0, -n % m) for n, m in zip(a.shape, multiples, strict=True)])
+
+
+def _forward(x2, values, scales, zp, st: _Static):
+    cfg = st.config
+    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
+    m = x2.shape[0]
+    n = values.shape[1]
+    x2 = _pad(x2, (bm, bk))
+    v = _pad(values.astype(jnp.int8), (bk, bn))
+    mp, kp = x2.shape
+    np_ = v.shape[1]
+    per_tile = st.tile_k // bk
+    to3 = lambda a: _pad(a, (1, bn))[:, None, :]
+    stat = pl.BlockSpec((None, 1, bn), lambda i, j, kb: (kb // per_tile, 0, j))
+    args = [x2, v, to3(scales)] + ([to3(zp)] if zp is not None else [])
+    specs = [
+        pl.BlockSpec((bm, bk), lambda i, j, kb: (i, kb)),
+        pl.BlockSpec((bk, bn), lambda i, j, kb: (kb, j)),
+        stat,
+    ] + ([stat] if zp is not None else [])
+    nk = kp // bk
+    out = pl.pallas_call(
+        functools.partial(_kernel, st=st, nk=nk),
+        grid=(mp // bm, np_ // bn, nk),
+        in_specs=specs,
+        out_specs=pl.BlockSpec((bm, bn), lambda i, j, kb: (i, j)),
+        out_shape=jax.ShapeDtypeStruct((mp, np_), st.out_dtype),
+        scratch_shapes=[pltpu.VMEM((bm, bn), jnp.float32)],
+        compiler_params=pltpu.CompilerParams(
+            dimension_semantics=("parallel", "parallel", "arbitrary")
+        ),
+        interpret=st.interpret,
+        name="kernlib_quantized_matmul",
+    )(*args)
+    return out[:m, :n]
+
+
+_differentiable = _common.make_differentiable(_forward)
+
+
+def _block_k(config: Config, tile: int) -> int | None:
+    bk = min(config.block_k, tile)
+    while bk >= 128 and (tile % bk or bk % 128):
+        bk -= 128
+    return bk if bk >= 128 else None
+
+
+def check(x, values, scales, zero_points=None, **options) -> str | None:
+    tile = values.shape[0] // scales.reshape(-1, values.shape[1]).shape[0]
+    if _block_k(Config(), tile) is None:
+        return f"scale tile {tile} along K is not a multiple of 128"
+    if x.dtype not in (jnp.bfloat16, jnp.float32):
+        return f"activation dtype {x.dtype} is not bfloat16/float32"
+    return None
+
+
+def run(x, values, scales, zero_points=None, *, config: Config, interpret=False, out_dtype=None):
+    n = values.shape[1]
+    scales2 = scales.reshape(-1, n)
+    tile = values.shape[0] // scales2.shape[0]
+    m = max(1, x.size // x.shape[-1])
+    bm = min(config.block_m, -(-m // 8) * 8)
+    cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile))
+    st = _Static(
+        config=cfg,
+        tile_k=tile,
+        has_zp=zero_points is not None,
+        out_dtype=jnp.dtype(out_dtype or x.dtype).name,
+        interpret=bool(interpret),
+    )
+    zp = None if zero_points is None else zero_points.reshape(scales2.shape)
+    out = _differentiable(_common.flatten_rows(x), values, scales2, zp, st)
+    return out.reshape(*x.shape[:-1], n)

@@ -1,0 +1,1 @@
+"""Attention of a ragged batch of queries against a paged KV cache (serving)."""

@@ -1,0 +1,90 @@
+"""`ragged_paged_attention`: the public function, and the op's table of implementations."""
+
+from __future__ import annotations
+
+from jaxstack.kernlib._src import dispatch
+from jaxstack.kernlib.ops.ragged_paged_attention import base, pallas_mosaic_tpu, pallas_triton, xla
+
+OP = dispatch.Op(
+    name="ragged_paged_attention",
+    implementations={
+        dispatch.XLA: dispatch.Implementation(dispatch.XLA, xla.run),
+        dispatch.PALLAS_TRITON: dispatch.Implementation(
+            dispatch.PALLAS_TRITON,
+            pallas_triton.run,
+            platform="gpu",
+            config_cls=pallas_triton.Config,
+            check=pallas_triton.check,
+        ),
+        dispatch.PALLAS_MOSAIC_TPU: dispatch.Implementation(
+            dispatch.PALLAS_MOSAIC_TPU,
+            pallas_mosaic_tpu.run,
+            platform="tpu",
+            config_cls=pallas_mosaic_tpu.Config,
+            check=pallas_mosaic_tpu.check,
+        ),
+    },
+    spec=base.spec,
+    example=base.example,
+    timed=base.timed,
+)
+
+
+def ragged_paged_attention(
+    q,
+    k_pages,
+    v_pages,
+    kv_lens,
+    block_tables,
+    query_start_loc,
+    num_seqs=None,
+    *,
+    scale: float | None = None,
+    sliding_window: int | None = None,
+    logits_soft_cap: float | None = None,
+    implementation: str | None = None,
+    config=None,
+    interpret: bool = False,
+):
+    """Causal attention of mixed prefill chunks and decodes against a paged KV cache.
+
+    Args:
+      q: [T, Hq, D] new tokens of all sequences, concatenated by `query_start_loc`.
+      k_pages, v_pages: [num_pages, page_size, Hkv, D] cache (already holding the new tokens).
+      kv_lens: int [S] cached tokens per sequence (including the new ones).
+      block_tables: int [S, pages_per_seq] page ids per sequence (entries past the last used
+        page are ignored, so -1 holes are fine).
+      query_start_loc: int [S + 1] cumulative query rows (row offsets of each sequence in q).
+      num_seqs: optional int scalar: live sequences; the rest are padding (output 0).
+      scale, sliding_window, logits_soft_cap: as for `attention`.
+      implementation, config, interpret: as for `attention`.
+
+    Returns:
+      [T, Hq, D]; padding rows are 0.
+
+    Example:
+      >>> out = ragged_paged_attention(q, k_pages, v_pages, kv_lens, block_tables, cu_q_lens)
+    """
+    return _call(**locals()).run()
+
+
+def _call(
+    q,
+    k_pages,
+    v_pages,
+    kv_lens,
+    block_tables,
+    query_start_loc,
+    num_seqs=None,
+    *,
+    scale=None,
+    sliding_window=None,
+    logits_soft_cap=None,
+    implementation=None,
+    config=None,
+    interpret=False,
+) -> dispatch.Call:
+    base.validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc)
+    options = dict(scale=scale, sliding_window=sliding_window, logits_soft_cap=logits_soft_cap)
+    arrays = (q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs)
+    return dispatch.Call(OP, arrays, options, implementation, config, interpret)

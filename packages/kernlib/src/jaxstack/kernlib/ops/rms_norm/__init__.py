@@ -1,0 +1,1 @@
+"""Fused RMS normalisation with a fused backward."""

@@ -1,0 +1,129 @@
+"""RMS norm in Pallas Mosaic (TPU): row blocks in VMEM, f32 statistics, fused backward.
+
+The feature axis is one full block (any width; Mosaic pads lanes internally); row blocks are a
+multiple of 8 sublanes. dweight partials are written per row block and summed by XLA.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import tpu as pltpu
+
+from jaxstack.kernlib._src.config import KernelConfig
+from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib.ops.rms_norm import _common
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(KernelConfig):
+    block_rows: int = 256
+
+    def __post_init__(self):
+        if self.block_rows < 8 or self.block_rows % 8:
+            raise ConfigError(f"block_rows={self.block_rows} must be a positive multiple of 8")
+
+    @classmethod
+    def sweep(cls):
+        return [cls(), cls(64), cls(128), cls(512), cls(1024)]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Static:
+    dim: int
+    eps: float
+    offset: float
+    config: Config
+    interpret: bool
+
+
+def _rstd(x, st):
+    return jax.lax.rsqrt(jnp.mean(x * x, axis=1, keepdims=True) + st.eps)
+
+
+def _fwd_kernel(x_ref, w_ref, y_ref, *, st: _Static):
+    x = x_ref[...].astype(jnp.float32)
+    w = st.offset + w_ref[...].astype(jnp.float32)
+    y_ref[...] = (x * _rstd(x, st) * w).astype(y_ref.dtype)
+
+
+def _bwd_kernel(x_ref, w_ref, dy_ref, dx_ref, dw_ref, *, st: _Static):
+    x = x_ref[...].astype(jnp.float32)
+    dy = dy_ref[...].astype(jnp.float32)
+    w = st.offset + w_ref[...].astype(jnp.float32)
+    rstd = _rstd(x, st)
+    xhat = x * rstd
+    wdy = dy * w
+    c = jnp.mean(wdy * xhat, axis=1, keepdims=True)
+    dx_ref[...] = ((wdy - xhat * c) * rstd).astype(dx_ref.dtype)
+    dw_ref[...] = jnp.sum(dy * xhat, axis=0, keepdims=True)
+
+
+def _specs(st: _Static, d: int):
+    br = st.config.block_rows
+    return pl.BlockSpec((br, d), lambda i: (i, 0)), pl.BlockSpec((1, d), lambda i: (0, 0))
+
+
+def _params():
+    return pltpu.CompilerParams(dimension_semantics=("parallel",))
+
+
+def _forward(x2, w, st: _Static):
+    rows, d = x2.shape
+    row, vec = _specs(st, d)
+    return pl.pallas_call(
+        functools.partial(_fwd_kernel, st=st),
+        grid=(rows // st.config.block_rows,),
+        in_specs=[row, vec],
+        out_specs=row,
+        out_shape=jax.ShapeDtypeStruct(x2.shape, x2.dtype),
+        compiler_params=_params(),
+        interpret=st.interpret,
+        name="kernlib_rms_norm",
+    )(x2, w.reshape(1, d))
+
+
+def _backward(x2, w, dy, st: _Static):
+    rows, d = x2.shape
+    row, vec = _specs(st, d)
+    nblocks = rows // st.config.block_rows
+    dx, dw = pl.pallas_call(
+        functools.partial(_bwd_kernel, st=st),
+        grid=(nblocks,),
+        in_specs=[row, vec, row],
+        out_specs=[row, pl.BlockSpec((None, 1, d), lambda i: (i, 0, 0))],
+        out_shape=[
+            jax.ShapeDtypeStruct(x2.shape, x2.dtype),
+            jax.ShapeDtypeStruct((nblocks, 1, d), jnp.float32),
+        ],
+        compiler_params=_params(),
+        interpret=st.interpret,
+        name="kernlib_rms_norm_bwd",
+    )(x2, w.reshape(1, d), dy)
+    return dx, dw.reshape(nblocks, d)
+
+
+_fused = _common.make_fused(_forward, _backward)
+
+
+def check(x, weight=None, **options) -> str | None:
+    if x.shape[-1] * 4 * 256 > 64 * 1024 * 1024:
+        return f"feature dim {x.shape[-1]} too wide for one VMEM row block"
+    return None
+
+
+def run(x, weight=None, *, config: Config, interpret=False, eps=1e-6, weight_offset=0.0):
+    d = x.shape[-1]
+    rows = 1
+    for n in x.shape[:-1]:
+        rows *= n
+    br = min(config.block_rows, max(8, -(-rows // 8) * 8))
+    cfg = Config(block_rows=br)
+    x2, w, rows = _common.as_rows(x, weight, br)
+    st = _Static(d, float(eps), float(weight_offset), cfg, bool(interpret))
+    y = _fused(x2, w, st)
+    return y[:rows].reshape(x.shape)

@@ -1,0 +1,45 @@
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxstack import kernlib
+from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib.ops.grouped_matmul import pallas_mosaic_tpu
+
+
+def test_groups_sharing_tiles_and_empty_groups(gmm_compare):
+    # 300 rows in 128-row tiles: groups straddle tile boundaries, two groups are empty
+    out = gmm_compare("pallas_mosaic_tpu", 300, 24, 20, [100, 0, 120, 30, 0])
+    assert float(jnp.abs(out[250:]).max()) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sweep(gmm_compare, dtype):
+    for sizes in ([10, 0, 25, 5], [0, 0, 0, 0], [50, 0, 0, 0], [3, 7, 0, 30, 0, 1]):
+        gmm_compare("pallas_mosaic_tpu", 50, 24, 20, sizes, dtype)
+    gmm_compare("pallas_mosaic_tpu", 260, 200, 140, [129, 1, 0, 127], dtype)
+
+
+def test_lowers_to_mosaic():
+    lhs = jax.ShapeDtypeStruct((4096, 1024), jnp.bfloat16)
+    rhs = jax.ShapeDtypeStruct((8, 1024, 512), jnp.bfloat16)
+    gs = jax.ShapeDtypeStruct((8,), jnp.int32)
+
+    def f(lhs, rhs, gs):
+        g = lambda a, b: pallas_mosaic_tpu.run(a, b, gs, config=pallas_mosaic_tpu.Config())
+        out, vjp = jax.vjp(g, lhs, rhs)
+        return vjp(out)
+
+    assert lower_for("tpu", f, lhs, rhs, gs).count("@tpu_custom_call") == 3
+
+
+def test_mixed_dtypes_are_unsupported_and_say_why():
+    with pytest.raises(kernlib.UnsupportedError, match="mixed dtypes"):
+        kernlib.grouped_matmul(
+            jnp.ones((8, 4), jnp.bfloat16),
+            jnp.ones((1, 4, 4)),
+            jnp.array([8]),
+            implementation="pallas_mosaic_tpu",
+            interpret=True,
+        )

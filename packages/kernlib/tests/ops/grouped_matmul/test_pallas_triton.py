@@ -1,0 +1,34 @@
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib.ops.grouped_matmul import pallas_triton
+
+SMALL = dict(block_m=16, block_k=16, block_n=16)
+
+
+def test_groups_sharing_tiles_and_empty_groups(gmm_compare):
+    out = gmm_compare("pallas_triton", 50, 24, 20, [3, 7, 0, 30, 0, 1], config=SMALL)
+    assert float(jnp.abs(out[41:]).max()) == 0.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sweep(gmm_compare, dtype):
+    for sizes in ([10, 0, 25, 5], [0, 0, 0, 0], [50, 0, 0, 0], [1] * 50):
+        for cfg in (SMALL, None):
+            gmm_compare("pallas_triton", 50, 40, 36, sizes[: len(sizes)], dtype, config=cfg)
+
+
+def test_lowers_to_triton():
+    lhs = jax.ShapeDtypeStruct((4096, 1024), jnp.bfloat16)
+    rhs = jax.ShapeDtypeStruct((8, 1024, 512), jnp.bfloat16)
+    gs = jax.ShapeDtypeStruct((8,), jnp.int32)
+
+    def f(lhs, rhs, gs):
+        g = lambda a, b: pallas_triton.run(a, b, gs, config=pallas_triton.Config())
+        out, vjp = jax.vjp(g, lhs, rhs)
+        return vjp(out)
+
+    assert lower_for("gpu", f, lhs, rhs, gs).count("__gpu$xla.gpu.triton") == 3

@@ -1,0 +1,42 @@
+import numpy as np
+
+from jaxstack import kernlib
+
+
+def dense_attention(q, keys, values, positions):
+    """One sequence: rows at `positions` read keys 0..position (numpy, f64)."""
+    g = q.shape[1] // keys.shape[1]
+    keys, values = np.repeat(keys, g, axis=1), np.repeat(values, g, axis=1)
+    out = np.zeros_like(q)
+    for r, p in enumerate(positions):
+        logits = np.einsum("hd,khd->hk", q[r], keys[: p + 1]) / np.sqrt(q.shape[-1])
+        w = np.exp(logits - logits.max(-1, keepdims=True))
+        out[r] = np.einsum("hk,khd->hd", w / w.sum(-1, keepdims=True), values[: p + 1])
+    return out
+
+
+def test_reference_matches_dense_attention_per_sequence(rpa_batch):
+    batch = rpa_batch([20, 1, 5, 1, 0], [20, 37, 40, 1, 0], live=4)
+    q, kp, vp, kv_lens, bt, cu, _ = (
+        None if x is None else np.asarray(x, np.float64) if i < 3 else np.asarray(x)
+        for i, x in enumerate(batch)
+    )
+    out = np.asarray(kernlib.ragged_paged_attention(*batch, implementation="xla"))
+    for s in range(4):
+        n, ql = int(kv_lens[s]), int(cu[s + 1] - cu[s])
+        pages = bt[s, : -(-n // kp.shape[1])]
+        keys = np.concatenate([kp[p] for p in pages])[:n]
+        values = np.concatenate([vp[p] for p in pages])[:n]
+        want = dense_attention(q[cu[s] : cu[s + 1]], keys, values, range(n - ql, n))
+        np.testing.assert_allclose(out[cu[s] : cu[s + 1]], want, atol=2e-5, rtol=2e-5)
+    assert np.all(out[int(cu[4]) :] == 0)  # padding tokens
+
+
+def test_holes_in_block_tables_are_never_read(rpa_batch):
+    batch = list(rpa_batch([3, 1], [17, 5]))
+    out = kernlib.ragged_paged_attention(*batch, implementation="xla")
+    bt = np.asarray(batch[4]).copy()
+    bt[bt < 0] = 0  # a different value in every hole
+    batch[4] = bt
+    again = kernlib.ragged_paged_attention(*batch, implementation="xla")
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(again))

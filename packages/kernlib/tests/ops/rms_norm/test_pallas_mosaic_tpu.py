@@ -1,0 +1,36 @@
+import jax
+import jax.numpy as jnp
+import pytest
+
+from jaxstack import kernlib
+from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib.ops.rms_norm import pallas_mosaic_tpu
+
+
+def test_odd_rows_and_width_forward_and_gradients(rms_compare):
+    rms_compare("pallas_mosaic_tpu", (3, 5, 40), config={"block_rows": 8})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("shape", [(1, 16), (7, 33), (2, 9, 128), (300, 256)])
+def test_sweep(rms_compare, dtype, shape):
+    rms_compare("pallas_mosaic_tpu", shape, dtype)
+
+
+def test_lowers_to_mosaic():
+    x = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
+    w = jax.ShapeDtypeStruct((4096,), jnp.bfloat16)
+    f = lambda x, w: pallas_mosaic_tpu.run(x, w, config=pallas_mosaic_tpu.Config())
+
+    def fwd_bwd(x, w):
+        out, vjp = jax.vjp(f, x, w)
+        return out, vjp(out)
+
+    text = lower_for("tpu", fwd_bwd, x, w)
+    assert text.count("@tpu_custom_call") == 2
+
+
+def test_config_validation():
+    with pytest.raises(kernlib.ConfigError, match="multiple of 8"):
+        pallas_mosaic_tpu.Config(block_rows=12)
