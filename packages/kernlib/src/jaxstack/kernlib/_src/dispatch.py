@@ -56,6 +56,28 @@ class Op:
     example: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]  # (dims, dtype) -> args
     timed: Callable[..., Callable[..., Any]]  # (impl_fn) -> function of the arrays to time
 
+    @classmethod
+    def from_modules(cls, name: str, *, base, xla, pallas_triton, pallas_mosaic_tpu) -> Op:
+        """The table every kernlib op shares: XLA everywhere, Triton on GPU, Mosaic on TPU.
+
+        Each implementation module provides `run` (and the Pallas ones `Config` and `check`);
+        `base` provides the autotuning hooks `spec`, `example` and `timed`.
+        """
+        pallas = {
+            PALLAS_TRITON: (pallas_triton, "gpu"),
+            PALLAS_MOSAIC_TPU: (pallas_mosaic_tpu, "tpu"),
+        }
+        implementations = {XLA: Implementation(XLA, xla.run)}
+        for impl_name, (module, platform) in pallas.items():
+            implementations[impl_name] = Implementation(
+                impl_name,
+                module.run,
+                platform=platform,
+                config_cls=module.Config,
+                check=module.check,
+            )
+        return cls(name, implementations, spec=base.spec, example=base.example, timed=base.timed)
+
 
 _logged: set[tuple[str, str, str]] = set()
 

@@ -5,28 +5,12 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.quantized_matmul import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op(
-    name="quantized_matmul",
-    implementations={
-        dispatch.XLA: dispatch.Implementation(dispatch.XLA, xla.run),
-        dispatch.PALLAS_TRITON: dispatch.Implementation(
-            dispatch.PALLAS_TRITON,
-            pallas_triton.run,
-            platform="gpu",
-            config_cls=pallas_triton.Config,
-            check=pallas_triton.check,
-        ),
-        dispatch.PALLAS_MOSAIC_TPU: dispatch.Implementation(
-            dispatch.PALLAS_MOSAIC_TPU,
-            pallas_mosaic_tpu.run,
-            platform="tpu",
-            config_cls=pallas_mosaic_tpu.Config,
-            check=pallas_mosaic_tpu.check,
-        ),
-    },
-    spec=base.spec,
-    example=base.example,
-    timed=base.timed,
+OP = dispatch.Op.from_modules(
+    "quantized_matmul",
+    base=base,
+    xla=xla,
+    pallas_triton=pallas_triton,
+    pallas_mosaic_tpu=pallas_mosaic_tpu,
 )
 
 

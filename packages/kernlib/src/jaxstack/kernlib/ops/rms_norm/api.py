@@ -5,28 +5,8 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.rms_norm import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op(
-    name="rms_norm",
-    implementations={
-        dispatch.XLA: dispatch.Implementation(dispatch.XLA, xla.run),
-        dispatch.PALLAS_TRITON: dispatch.Implementation(
-            dispatch.PALLAS_TRITON,
-            pallas_triton.run,
-            platform="gpu",
-            config_cls=pallas_triton.Config,
-            check=pallas_triton.check,
-        ),
-        dispatch.PALLAS_MOSAIC_TPU: dispatch.Implementation(
-            dispatch.PALLAS_MOSAIC_TPU,
-            pallas_mosaic_tpu.run,
-            platform="tpu",
-            config_cls=pallas_mosaic_tpu.Config,
-            check=pallas_mosaic_tpu.check,
-        ),
-    },
-    spec=base.spec,
-    example=base.example,
-    timed=base.timed,
+OP = dispatch.Op.from_modules(
+    "rms_norm", base=base, xla=xla, pallas_triton=pallas_triton, pallas_mosaic_tpu=pallas_mosaic_tpu
 )
 
 
