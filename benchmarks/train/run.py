@@ -1,0 +1,217 @@
+"""benchmarks/train: jaxstack-train versus PyTorch trainers on this machine, same run.
+
+    .venv/bin/python benchmarks/train/run.py [--steps 30] [--rounds 1] \
+        [--torch /tmp/torchvenv/bin/python]
+
+Cases (fp32, AdamW, batch 8 x seq 256, vocab 4096, 4 layers, head_dim 64):
+d256 (4 heads, SwiGLU 1024) and d512 (8 heads, SwiGLU 2048), plus jaxstack with bf16 compute.
+Peers: a minimal PyTorch Llama (torch_llama.py --impl minimal) and HF LlamaForCausalLM
+(--impl hf), run from a separate torch venv. Runs are interleaved round by round so machine load
+hits every trainer alike; each trainer reports the median step time after warm-up. MFU uses
+nnlib's model FLOPs per token over the measured XLA matmul peak of this CPU. Writes results.md
+and results.json next to this file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).parent
+ROOT = HERE.parents[1]
+CASES = {
+    "d256": dict(d_model=256, heads=4, mlp=1024),
+    "d512": dict(d_model=512, heads=8, mlp=2048),
+}
+
+
+def jax_cmd(case: dict, steps: int, run_dir: str, dtype: str) -> list[str]:
+    return [
+        str(ROOT / ".venv/bin/jaxstack-train"),
+        "--config",
+        "tiny",
+        f"--run-dir={run_dir}",
+        f"model.d_model={case['d_model']}",
+        f"model.num_heads={case['heads']}",
+        f"model.num_kv_heads={case['heads']}",
+        "model.head_dim=64",
+        f"model.mlp_dim={case['mlp']}",
+        "model.num_layers=4",
+        "model.vocab_size=4096",
+        f"model.dtype={dtype}",
+        "data.seq_len=256",
+        "data.batch_size=8",
+        f"train.steps={steps}",
+        "optim.schedule.warmup_steps=2",
+        "eval.every=0",
+        "eval.batches=1",
+        "checkpoint.enabled=false",
+        "log.sample_tokens=0",
+        "log.report=false",
+        "log.tensorboard=false",
+        "log.progress=plain",
+    ]
+
+
+def torch_cmd(python: str, impl: str, case: dict, steps: int) -> list[str]:
+    return [
+        python,
+        str(HERE / "torch_llama.py"),
+        "--impl",
+        impl,
+        "--d-model",
+        str(case["d_model"]),
+        "--heads",
+        str(case["heads"]),
+        "--mlp",
+        str(case["mlp"]),
+        "--layers",
+        "4",
+        "--head-dim",
+        "64",
+        "--vocab",
+        "4096",
+        "--seq",
+        "256",
+        "--batch",
+        "8",
+        "--steps",
+        str(steps),
+        "--warmup",
+        "3",
+    ]
+
+
+def run_jax(case: dict, steps: int, dtype: str) -> tuple[dict, list[str]]:
+    with tempfile.TemporaryDirectory() as d:
+        cmd = jax_cmd(case, steps, d + "/run", dtype)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
+        if proc.returncode:
+            raise RuntimeError(proc.stderr[-2000:])
+        lines = pathlib.Path(d, "run", "metrics.jsonl").read_text().splitlines()
+        recs = [json.loads(x) for x in lines]
+    s = [r for r in recs if r["kind"] == "summary"][-1]
+    return {"tokens_per_sec": s["median_tokens_per_sec"], "final_loss": s["final_loss"]}, cmd
+
+
+def run_torch(python: str, impl: str, case: dict, steps: int) -> tuple[dict, list[str]]:
+    cmd = torch_cmd(python, impl, case, steps)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode:
+        raise RuntimeError(proc.stderr[-2000:])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"tokens_per_sec": out["tokens_per_sec"], "final_loss": out["final_loss"]}, cmd
+
+
+def model_flops(case: dict) -> float:
+    from jaxstack import nnlib
+
+    cfg = nnlib.get_preset("tiny").replace(
+        d_model=case["d_model"],
+        num_heads=case["heads"],
+        num_kv_heads=case["heads"],
+        head_dim=64,
+        mlp_dim=case["mlp"],
+        num_layers=4,
+        vocab_size=4096,
+    )
+    return nnlib.training_flops_per_token(cfg, 256)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--torch", default="/tmp/torchvenv/bin/python")
+    p.add_argument("--cases", default="d256,d512")
+    p.add_argument("--hf-cases", default="d256,d512", help="cases that also run HF Llama")
+    args = p.parse_args()
+
+    from jaxstack.trainer import measure_matmul_peak
+
+    peaks = {dt: max(measure_matmul_peak(dt) for _ in range(3)) for dt in ("float32", "bfloat16")}
+    load_before = os.getloadavg()
+    rows, commands = [], {}
+    t0 = time.time()
+    for case_name in args.cases.split(","):
+        case = CASES[case_name]
+        flops = model_flops(case)
+        trainers = {
+            "jaxstack fp32": lambda c=case: run_jax(c, args.steps, "float32"),
+            "jaxstack bf16": lambda c=case: run_jax(c, args.steps, "bfloat16"),
+            "torch minimal fp32": lambda c=case: run_torch(args.torch, "minimal", c, args.steps),
+        }
+        if case_name in args.hf_cases.split(","):
+            trainers["HF Llama fp32"] = lambda c=case: run_torch(args.torch, "hf", c, args.steps)
+        results: dict[str, list[dict]] = {k: [] for k in trainers}
+        for _ in range(args.rounds):
+            for name, fn in trainers.items():
+                out, cmd = fn()
+                results[name].append(out)
+                commands[f"{case_name} {name}"] = shlex.join(cmd)
+                print(case_name, name, out, flush=True)
+        ref = statistics.median(r["tokens_per_sec"] for r in results["torch minimal fp32"])
+        for name, outs in results.items():
+            tps = statistics.median(r["tokens_per_sec"] for r in outs)
+            peak = peaks["bfloat16" if "bf16" in name else "float32"]
+            rows.append(
+                {
+                    "case": case_name,
+                    "trainer": name,
+                    "tokens_per_sec": tps,
+                    "vs_torch_minimal": tps / ref,
+                    "mfu_vs_matmul_peak": tps * flops / peak,
+                    "final_loss": outs[-1]["final_loss"],
+                    "runs": len(outs),
+                }
+            )
+    load_after = os.getloadavg()
+    meta = {
+        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "cpu_cores": len(os.sched_getaffinity(0)),
+        "matmul_peak_gflops": {k: v / 1e9 for k, v in peaks.items()},
+        "load_average_before": load_before,
+        "load_average_after": load_after,
+        "wall_s": time.time() - t0,
+        "steps": args.steps,
+        "rounds": args.rounds,
+    }
+    (HERE / "results.json").write_text(
+        json.dumps({"meta": meta, "rows": rows, "commands": commands}, indent=1)
+    )
+    lines = [
+        "# benchmarks/train results",
+        "",
+        f"Run {meta['date_utc']} UTC on {meta['cpu_cores']} CPU cores, {args.steps} steps per "
+        f"trainer (median step time after warm-up), {args.rounds} round(s), interleaved.",
+        f"**The machine was shared with other engineers' work during this run** (load average "
+        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after, on 2 cores): absolute numbers "
+        "are far below an idle machine's; the ratios within one case are the meaningful part.",
+        f"XLA matmul peak measured now: fp32 {meta['matmul_peak_gflops']['float32']:.0f} GFLOP/s,"
+        f" bf16 {meta['matmul_peak_gflops']['bfloat16']:.0f} GFLOP/s (also depressed by the "
+        "load).",
+        "",
+        "| case | trainer | tokens/s | vs torch minimal | MFU vs matmul peak | final loss |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['trainer']} | {r['tokens_per_sec']:,.0f} | "
+            f"{r['vs_torch_minimal']:.2f}x | {r['mfu_vs_matmul_peak']:.0%} | "
+            f"{r['final_loss']:.3f} |"
+        )
+    lines += ["", "Commands:", ""] + [f"- {k}: `{v}`" for k, v in commands.items()]
+    (HERE / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

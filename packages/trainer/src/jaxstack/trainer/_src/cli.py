@@ -1,0 +1,149 @@
+"""`jaxstack-train`: the command line.
+
+    jaxstack-train                                   # the main job: tiny model, default corpus
+    jaxstack-train --config tiny model.num_layers=2 optim.lr=3e-4 train.steps=100
+    jaxstack-train --config llama3-8b --dry-run --mesh fsdp=8
+    jaxstack-train --list-configs
+
+Errors the user can fix (bad preset, unknown key, batch not dividing the mesh, missing data)
+print one clear line and exit with status 2 instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import time
+
+_START = time.perf_counter()
+
+import argparse  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import sys  # noqa: E402
+
+from jaxstack.trainer._src.config import list_configs, load_config  # noqa: E402
+from jaxstack.trainer._src.errors import ConfigError, Error  # noqa: E402
+
+MESH_AXES = ("data", "fsdp", "tensor", "expert")
+
+
+def parse_mesh(text: str) -> dict[str, int]:
+    """`"data=2,fsdp=4"` -> `{"data": 2, "fsdp": 4, "tensor": 1, "expert": 1}`."""
+    sizes = dict.fromkeys(MESH_AXES, 1)
+    for part in text.replace(" ", ",").split(","):
+        if not part:
+            continue
+        axis, _, value = part.partition("=")
+        if axis not in sizes or not value.isdigit() or int(value) < 1:
+            raise ConfigError(
+                f"--mesh entry {part!r} is not axis=size with axis in {MESH_AXES} "
+                "and a positive size, e.g. --mesh data=2,fsdp=4"
+            )
+        sizes[axis] = int(value)
+    return sizes
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxstack-train",
+        description="Train a language model with jaxstack (defaults: the tiny model on the "
+        "built-in corpus, a few minutes on a CPU).",
+    )
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.num_layers=2")
+    p.add_argument("--config", default="tiny", help="preset name or YAML path (default: tiny)")
+    p.add_argument("--run-dir", help="run directory (default: runs/<UTC timestamp>)")
+    p.add_argument("--dry-run", action="store_true", help="AOT-compile one step; allocate nothing")
+    p.add_argument("--mesh", help="mesh for --dry-run (or the run), e.g. data=2,fsdp=4")
+    p.add_argument("--list-configs", action="store_true", help="list the presets and exit")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _main(args)
+    except Error as e:
+        print(f"jaxstack-train: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        # Sibling packages' own errors are as user-facing as ours; anything else is a bug.
+        if type(e).__module__.startswith("jaxstack."):
+            print(f"jaxstack-train: error: {type(e).__name__}: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+def _main(args: argparse.Namespace) -> int:
+    if args.list_configs:
+        print("\n".join(list_configs()))
+        return 0
+    overrides = list(args.overrides)
+    if args.run_dir:
+        overrides.append(f"log.run_dir={args.run_dir}")
+    mesh = parse_mesh(args.mesh) if args.mesh else None
+    if mesh and not args.dry_run:
+        overrides += [f"mesh.{a}={n}" for a, n in mesh.items()]
+    config = load_config(args.config, overrides)
+    if args.print_config:
+        import yaml
+
+        print(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        return 0
+    if args.dry_run:
+        if mesh:
+            _fake_cpu_devices(math.prod(mesh.values()))
+        from jaxstack.trainer._src.dry_run import dry_run, format_report
+
+        print(format_report(dry_run(config, mesh)))
+        return 0
+    _add_xla_flags(config.train.xla_flags)
+    from jaxstack.trainer._src.loop import train
+
+    result = train(config, start_time=_START)
+    s = result.summary
+    print(
+        f"done: step {result.step}, loss {s.get('first_loss', float('nan')):.3f} -> "
+        f"{s.get('final_loss', float('nan')):.3f}, eval loss {s.get('eval_loss', float('nan')):.3f}"
+        f", {s.get('median_tokens_per_sec', 0):,.0f} tokens/s; run directory {result.run_dir}"
+    )
+    return 0
+
+
+COMPILE_DEVICE_LIMIT = 64
+
+
+def _add_xla_flags(extra: str | None) -> None:
+    """Appends the config's XLA flags unless set already (they must precede backend start).
+
+    Only for jaxlib >= 0.12, whose XLA knows them: an unknown flag would abort the process.
+    """
+    import importlib.metadata
+
+    if not extra:
+        return
+    try:
+        major, minor = (int(x) for x in importlib.metadata.version("jaxlib").split(".")[:2])
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        return
+    if (major, minor) < (0, 12):
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    new = [f for f in extra.split() if f.split("=")[0] not in flags]
+    if new:
+        os.environ["XLA_FLAGS"] = " ".join([flags, *new]).strip()
+
+
+def _fake_cpu_devices(n: int) -> None:
+    """Lets a CPU-only dry run compile for an n-device mesh (XLA reads this at backend start)."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    platforms = os.environ.get("JAX_PLATFORMS", "")
+    if n > COMPILE_DEVICE_LIMIT or "force_host_platform_device_count" in flags:
+        return
+    if platforms and platforms != "cpu":
+        return
+    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={n}".strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

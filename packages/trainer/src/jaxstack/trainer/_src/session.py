@@ -1,0 +1,366 @@
+"""Everything a run needs before its first step, built in the order errors should surface.
+
+Cheap checks first (data path, tokenizer, model config, mesh and batch divisibility), then the
+model, optimiser and shardings, then the state (restored from the run directory's latest
+checkpoint, or initialised directly into its shardings), then the data iterators.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime
+import importlib.metadata
+import math
+import pathlib
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from jaxstack.trainer._src import data as data_mod
+from jaxstack.trainer._src import mesh as mesh_mod
+from jaxstack.trainer._src import model as model_mod
+from jaxstack.trainer._src.config import Config
+from jaxstack.trainer._src.errors import ConfigError, MeshError
+from jaxstack.trainer._src.peak import DevicePeak, device_peak
+from jaxstack.trainer._src.step import make_eval_step, make_loss_fn, make_train_step
+
+PACKAGES = ("jaxstack-trainer", "jaxstack-nnlib", "jaxstack-optlib", "jaxstack-datalib")
+
+
+def default_run_dir() -> pathlib.Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return pathlib.Path.cwd() / "runs" / stamp
+
+
+def optimizer_config(config: Config) -> Any:
+    """optlib `OptimizerConfig`; the schedule's total_steps defaults to train.steps."""
+    from jaxstack import optlib
+
+    optim = dict(config.optim)
+    schedule = dict(optim.get("schedule") or {})
+    if schedule.get("total_steps") is None and schedule.get("name", "constant") != "constant":
+        schedule["total_steps"] = config.train.steps
+    if schedule:
+        optim["schedule"] = schedule
+    try:
+        return optlib.OptimizerConfig.from_dict(optim)
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"optim section is not valid for optlib: {e}") from e
+
+
+def put_global(tree: Any, shardings: Any) -> Any:
+    """Host arrays (the same on every process) -> global arrays in `shardings`."""
+
+    def put(x: Any, sharding: NamedSharding) -> jax.Array:
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda idx: x[idx])
+
+    return jax.tree.map(put, tree, shardings)
+
+
+def abstract_like(tree: Any, shardings: Any) -> Any:
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), tree, shardings
+    )
+
+
+@dataclasses.dataclass
+class Session:
+    config: Config
+    run_dir: pathlib.Path
+    is_chief: bool
+    mesh: jax.sharding.Mesh
+    mesh_sizes: dict[str, int]
+    model_config: Any
+    model: Any
+    apply: Any
+    tx: Any
+    tokenizer: Any
+    state: dict[str, Any]
+    state_shardings: dict[str, Any]
+    batch_sharding: NamedSharding
+    start_step: int
+    restored: bool
+    manager: Any
+    train_iterators: list[Any]
+    data_states: list[dict[str, Any]]
+    local_shards: list[int]
+    num_shards: int
+    peak: DevicePeak
+    total_peak_flops: float
+    flops_per_token: float
+    num_params: int
+    preemption: Any = None
+
+    def describe(self) -> list[str]:
+        c = self.model_config
+        return [
+            f"run directory: {self.run_dir}",
+            f"model: {self.config.model.get('preset')} d_model={c.d_model} layers={c.num_layers} "
+            f"heads={c.num_heads} vocab={c.vocab_size} params={self.num_params / 1e6:.2f}M "
+            f"dtype={c.dtype}",
+            f"mesh: {' x '.join(f'{a}={n}' for a, n in self.mesh_sizes.items())} over "
+            f"{jax.device_count()} {jax.devices()[0].platform} device(s), "
+            f"{jax.process_count()} process(es); batch {self.config.data.batch_size} x "
+            f"{self.config.data.seq_len} tokens, grad_accum {self.config.train.grad_accum}",
+            f"MFU is measured against the {self.peak.describe()}",
+            (
+                f"resumed from checkpoint step {self.start_step}"
+                if self.restored
+                else "starting from scratch"
+            ),
+        ]
+
+    def put_batch(self, host: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        return {
+            k: jax.make_array_from_process_local_data(self.batch_sharding, v)
+            for k, v in host.items()
+        }
+
+    def batch_abstract(self) -> dict[str, jax.ShapeDtypeStruct]:
+        shape = (self.config.data.batch_size, self.config.data.seq_len)
+        dtypes = {k: jnp.int32 for k in data_mod.BATCH_KEYS} | {"loss_mask": jnp.float32}
+        return {
+            k: jax.ShapeDtypeStruct(shape, dtypes[k], sharding=self.batch_sharding)
+            for k in data_mod.BATCH_KEYS
+        }
+
+    def compile(self) -> tuple[Any, Any]:
+        """Ahead-of-time compiled train step (state donated) and eval step."""
+        loss_fn = self.loss_fn()
+        step = make_train_step(loss_fn, self.tx, grad_accum=self.config.train.grad_accum)
+        jitted = jax.jit(
+            step,
+            in_shardings=(self.state_shardings, self.batch_sharding),
+            out_shardings=(self.state_shardings, None),
+            donate_argnums=(0,) if self.config.train.donate else (),
+        )
+        state_abs = abstract_like(self.state, self.state_shardings)
+        train_step = jitted.lower(state_abs, self.batch_abstract()).compile()
+        eval_jit = jax.jit(
+            make_eval_step(loss_fn),
+            in_shardings=(self.state_shardings["params"], self.batch_sharding),
+        )
+        eval_step = eval_jit.lower(state_abs["params"], self.batch_abstract()).compile()
+        return train_step, eval_step
+
+    def loss_fn(self) -> Any:
+        t = self.config.train
+        return make_loss_fn(
+            self.apply,
+            z_loss_weight=t.z_loss_weight,
+            aux_weights={
+                "moe_load_balance_loss": t.moe_load_balance_weight,
+                "moe_router_z_loss": t.moe_router_z_weight,
+            },
+        )
+
+    def evaluate(self, eval_step: Any, params: Any) -> dict[str, float]:
+        """Token-weighted loss and perplexity over the first `eval.batches` validation batches."""
+        iterators = data_mod.shard_iterators(
+            self.config.data,
+            self.tokenizer,
+            split="validation",
+            shards=self.local_shards,
+            num_shards=self.num_shards,
+            shuffle=False,
+            num_epochs=1,
+        )
+        loss_sum, tokens = 0.0, 0.0
+        for host in data_mod.iterate_eval(iterators, self.config.eval.batches):
+            out = jax.device_get(eval_step(params, self.put_batch(host)))
+            loss_sum += float(out["loss_sum"])
+            tokens += float(out["num_tokens"])
+        loss = loss_sum / tokens if tokens else float("nan")
+        return {
+            "eval_loss": loss,
+            "eval_perplexity": math.exp(min(loss, 80.0)) if tokens else float("nan"),
+            "eval_tokens": tokens,
+        }
+
+    def save(
+        self,
+        step: int,
+        state: dict[str, Any],
+        data_states: list[dict[str, Any]],
+        metrics: dict[str, float],
+    ) -> None:
+        self.manager.save(
+            step,
+            state,
+            data_state={"shards": data_states, "num_shards": self.num_shards},
+            metadata={"config": self.config.to_dict(), "versions": _versions()},
+            metrics={k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)},
+        )
+
+    def preemption_requested(self) -> bool:
+        return bool(self.preemption is not None and self.preemption.requested)
+
+    def sample(self, params: Any) -> str | None:
+        """A short continuation of `log.sample_prompt` with the trained parameters."""
+        n = self.config.log.sample_tokens
+        if n <= 0 or not all(x.is_fully_addressable for x in jax.tree.leaves(params)):
+            return None
+        from flax import nnx
+
+        from jaxstack import nnlib
+
+        nnx.update(self.model, jax.device_get(params))
+        prompt = self.tokenizer.encode(self.config.log.sample_prompt)
+        if not prompt:
+            prompt = [self.tokenizer.bos_id or 0]
+        n = min(n, self.model_config.max_seq_len - len(prompt))
+        temperature = self.config.log.sample_temperature
+        tokens = nnlib.generate(
+            self.model,
+            jnp.asarray([prompt], jnp.int32),
+            n,
+            temperature=temperature,
+            top_k=40 if temperature > 0 else None,
+            rng=jax.random.key(self.config.train.seed),
+        )
+        return self.tokenizer.decode([int(t) for t in np.asarray(tokens)[0]])
+
+    def close(self) -> None:
+        if self.preemption is not None:
+            self.preemption.uninstall()
+        if self.manager is not None:
+            self.manager.close()
+
+
+def enable_compile_cache(directory: str | None) -> None:
+    if directory is None:
+        return
+    path = pathlib.Path(directory).expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
+def build_session(config: Config) -> Session:
+    process_count = jax.process_count()
+    if process_count > 1 and config.log.run_dir is None:
+        raise ConfigError(
+            "a multi-process run needs the same log.run_dir on every process; set log.run_dir"
+        )
+    run_dir = pathlib.Path(config.log.run_dir) if config.log.run_dir else default_run_dir()
+    is_chief = jax.process_index() == 0
+
+    data_mod.check_data_path(config.data)
+    enable_compile_cache(config.train.compile_cache)
+    tokenizer = data_mod.build_tokenizer(config.data)
+    mcfg = model_mod.model_config(config, tokenizer.vocab_size)
+
+    sizes = mesh_mod.resolve_axes(config.mesh, jax.device_count())
+    mesh_mod.check_batch(config, sizes, process_count)
+    num_shards = config.data.num_shards or process_count
+    if num_shards % process_count or config.data.batch_size % num_shards:
+        raise MeshError(
+            f"data.num_shards={num_shards} must be a multiple of the {process_count} processes "
+            f"and divide data.batch_size={config.data.batch_size}"
+        )
+    mesh = mesh_mod.build_mesh(config.mesh)
+    rules = mesh_mod.logical_rules(config.mesh)
+
+    from jaxstack import optlib
+
+    model = model_mod.build_model(mcfg, config.train.seed)
+    apply, params = model_mod.functional(model)
+    specs = model_mod.param_specs(mcfg, params, rules)
+    p_shard = mesh_mod.param_shardings(params, specs, mesh)
+    tx = optlib.build_optimizer(optimizer_config(config), params)
+    opt_abs = jax.eval_shape(tx.init, params)
+    o_shard = mesh_mod.state_shardings(opt_abs, params, p_shard, mesh)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    shardings = {"params": p_shard, "opt_state": o_shard, "step": replicated}
+
+    manager, preemption = None, None
+    if config.checkpoint.enabled:
+        from jaxstack import ckptlib
+
+        manager = ckptlib.CheckpointManager(
+            run_dir / "checkpoints",
+            max_to_keep=config.checkpoint.max_to_keep,
+            async_save=config.checkpoint.async_save,
+        )
+        if config.checkpoint.on_preemption:
+            preemption = ckptlib.PreemptionHandler()
+            preemption.install()
+
+    per_process = num_shards // process_count
+    local_shards = list(
+        range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    )
+    iterators = data_mod.shard_iterators(
+        config.data, tokenizer, split="train", shards=local_shards, num_shards=num_shards
+    )
+
+    restored = None
+    if manager is not None and config.checkpoint.resume and manager.latest_step() is not None:
+        target = {
+            "params": abstract_like(params, p_shard),
+            "opt_state": abstract_like(opt_abs, o_shard),
+            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+        }
+        restored = manager.restore(target=target)
+        state = restored.state
+        if restored.data_state:
+            data_mod.restore_iterator_states(iterators, restored.data_state["shards"])
+        start_step = int(restored.step)
+    else:
+        params_dev = put_global(params, p_shard)
+        opt_state = jax.jit(tx.init, out_shardings=o_shard)(params_dev)
+        state = {
+            "params": params_dev,
+            "opt_state": opt_state,
+            "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
+        }
+        start_step = 0
+
+    if is_chief:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        config.save(run_dir / "config.yaml")
+
+    peak = device_peak(mcfg.dtype, override=config.log.peak_flops)
+    platform = jax.devices()[0].platform
+    # CPU "devices" of one process share the same cores, so the measured peak is per process.
+    units = process_count if platform == "cpu" else jax.device_count()
+    return Session(
+        config=config,
+        run_dir=run_dir,
+        is_chief=is_chief,
+        mesh=mesh,
+        mesh_sizes=sizes,
+        model_config=mcfg,
+        model=model,
+        apply=apply,
+        tx=tx,
+        tokenizer=tokenizer,
+        state=state,
+        state_shardings=shardings,
+        batch_sharding=mesh_mod.batch_sharding(mesh, rules),
+        start_step=start_step,
+        restored=restored is not None,
+        manager=manager,
+        train_iterators=iterators,
+        data_states=data_mod.iterator_states(iterators),
+        local_shards=local_shards,
+        num_shards=num_shards,
+        peak=peak,
+        total_peak_flops=peak.flops_per_sec * units,
+        flops_per_token=model_mod.flops_per_token(mcfg, config.data.seq_len),
+        num_params=model_mod.param_count(params),
+        preemption=preemption,
+    )
+
+
+def _versions() -> dict[str, str]:
+    out = {"jax": jax.__version__}
+    for name in PACKAGES:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
+            out[name] = importlib.metadata.version(name)
+    return out

@@ -1,0 +1,99 @@
+import subprocess
+import sys
+
+import pytest
+
+from jaxstack.trainer import dry_run, list_configs, load_config, main
+from jaxstack.trainer._src.cli import parse_mesh
+
+
+def test_list_configs(capsys):
+    assert main(["--list-configs"]) == 0
+    assert capsys.readouterr().out.split() == list_configs()
+
+
+def test_bad_preset_is_one_clear_line(capsys):
+    assert main(["--config", "tinny"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("jaxstack-train: error: unknown config preset 'tinny'")
+    assert "llama3-8b" in err and "Traceback" not in err
+
+
+def test_unknown_override_suggests(capsys):
+    assert main(["--config", "test", "optim.learning_rat=1e-3"]) == 2
+    assert "Did you mean optim.'learning_rate'" in capsys.readouterr().err
+
+
+def test_print_config_applies_overrides(capsys):
+    assert main(["--config", "test", "--print-config", "model.num_layers=3", "optim.lr=0.5"]) == 0
+    out = capsys.readouterr().out
+    assert "num_layers: 3" in out and "learning_rate: 0.5" in out
+
+
+def test_missing_data_path_is_a_clear_error(capsys, tmp_path):
+    code = main(["--config", "test", f"data.path={tmp_path}/missing", f"log.run_dir={tmp_path}/r"])
+    assert code == 2
+    assert "missing' does not exist" in capsys.readouterr().err
+
+
+def test_parse_mesh():
+    assert parse_mesh("data=2,fsdp=4") == {"data": 2, "fsdp": 4, "tensor": 1, "expert": 1}
+    with pytest.raises(Exception, match="axis=size"):
+        parse_mesh("model=2")
+
+
+def test_dry_run_small_model_compiles_and_reports_memory():
+    report = dry_run(load_config("test"))
+    assert report["compiled"] is True
+    assert report["num_params"] > 0
+    state = report["state_bytes_per_device"]
+    # f32 params + two AdamW moments
+    assert state >= 3 * 4 * report["num_params"]
+    assert report["peak_bytes_per_device"] >= state
+    # nnlib counts matmul parameters (not the embedding gather): between 3N and 7N per token
+    tokens = 8 * 32
+    assert 3 * report["num_params"] * tokens < report["model_flops_per_step"]
+    assert report["model_flops_per_step"] < 7 * report["num_params"] * tokens
+
+
+def test_dry_run_real_size_on_an_abstract_mesh():
+    """llama3-8b over 256 fsdp devices: lowered without any device or allocation."""
+    report = dry_run(load_config("llama3-8b"), {"fsdp": 256})
+    assert report["compiled"] is False
+    assert 7.9e9 < report["num_params"] < 8.1e9
+    # params (f32) + AdamW moments, split 256 ways
+    per_device = 12 * report["num_params"] / 256
+    assert report["state_bytes_per_device"] == pytest.approx(per_device, rel=0.02)
+    assert report["model_flops_per_step"] == pytest.approx(6 * 8.03e9 * 256 * 4096, rel=0.25)
+
+
+def test_dry_run_batch_not_dividing_names_the_fix():
+    from jaxstack.trainer import MeshError
+
+    with pytest.raises(MeshError, match="multiple of 48"):
+        dry_run(load_config("llama3-8b", ["data.batch_size=100"]), {"fsdp": 48})
+
+
+@pytest.mark.slow
+def test_cli_dry_run_compiles_real_size_on_fake_cpu_devices():
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "jaxstack.trainer._src.cli",
+            "--config",
+            "qwen2-7b",
+            "--dry-run",
+            "--mesh",
+            "fsdp=4",
+            "model.num_layers=2",
+            "data.batch_size=4",
+            "data.seq_len=512",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "compiled                         True" in proc.stdout
+    assert "peak_bytes_per_device" in proc.stdout
