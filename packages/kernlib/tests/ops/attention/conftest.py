@@ -97,7 +97,24 @@ def sweep_segments(b, t):
     return rows
 
 
+def check_sweep(impl, dtype, config=None):
+    """The slow sweep: every shape with every feature set."""
+    for shape in SWEEP:
+        for feats in FEATURES:
+            feats = dict(feats)
+            segs = sweep_segments(shape["b"], shape["t"]) if feats.pop("segments", 0) else None
+            compare(impl, make_case(**shape, dtype=dtype, segments=segs), config=config, **feats)
+
+
 @pytest.fixture
-def attention_sweep():
-    """(shapes, feature sets, segment builder) of the slow sweep."""
-    return SWEEP, FEATURES, sweep_segments
+def attention_check_sweep():
+    return check_sweep
+
+
+@pytest.fixture
+def attention_lowering_args():
+    """Abstract bf16 q [1,512,8,128], k / v with 2 kv heads (GQA), and segment ids."""
+    q = jax.ShapeDtypeStruct((1, 512, 8, 128), jnp.bfloat16)
+    kv = jax.ShapeDtypeStruct((1, 512, 2, 128), jnp.bfloat16)
+    seg = jax.ShapeDtypeStruct((1, 512), jnp.int32)
+    return q, kv, kv, seg

@@ -1,11 +1,10 @@
 """The Mosaic TPU flash-attention kernels (interpret mode) against the XLA reference."""
 
-import jax
 import jax.numpy as jnp
 import pytest
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.attention import pallas_mosaic_tpu
 
 IMPL = "pallas_mosaic_tpu"
@@ -27,29 +26,18 @@ def test_multi_block_sequence_with_block_skipping(attention_case, attention_comp
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_shape_and_feature_sweep(attention_case, attention_compare, attention_sweep, dtype):
-    sweep, features, sweep_segments = attention_sweep
-
-    for shape in sweep:
-        for feats in features:
-            feats = dict(feats)
-            segs = sweep_segments(shape["b"], shape["t"]) if feats.pop("segments", 0) else None
-            attention_compare(IMPL, attention_case(**shape, dtype=dtype, segments=segs), **feats)
+def test_shape_and_feature_sweep(attention_check_sweep, dtype):
+    attention_check_sweep(IMPL, dtype)
 
 
-def test_lowers_to_mosaic_with_bf16_and_gqa():
-    q = jax.ShapeDtypeStruct((1, 512, 8, 128), jnp.bfloat16)
-    kv = jax.ShapeDtypeStruct((1, 512, 2, 128), jnp.bfloat16)
-    seg = jax.ShapeDtypeStruct((1, 512), jnp.int32)
+def test_lowers_to_mosaic_with_bf16_and_gqa(attention_lowering_args):
     cfg = pallas_mosaic_tpu.Config(block_q=256, block_k=256)
 
     def fwd_bwd(q, k, v, seg):
         f = lambda q, k, v: pallas_mosaic_tpu.run(q, k, v, seg, config=cfg, sliding_window=200)
-        out, vjp = jax.vjp(f, q, k, v)
-        return vjp(out)
+        return with_backward(f)(q, k, v)
 
-    text = lower_for("tpu", fwd_bwd, q, kv, kv, seg)
-    assert text.count("@tpu_custom_call") == 3
+    assert count_kernels("tpu", fwd_bwd, *attention_lowering_args) == 3
 
 
 def test_config_validation():

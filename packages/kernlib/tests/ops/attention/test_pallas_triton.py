@@ -1,11 +1,10 @@
 """The Triton flash-attention kernels (interpret mode) against the XLA reference."""
 
-import jax
 import jax.numpy as jnp
 import pytest
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.attention import pallas_triton
 
 IMPL = "pallas_triton"
@@ -22,31 +21,19 @@ def test_every_feature_at_once_forward_and_gradients(attention_case, attention_c
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_shape_and_feature_sweep(attention_case, attention_compare, attention_sweep, dtype):
-    sweep, features, sweep_segments = attention_sweep
-
-    for shape in sweep:
-        for feats in features:
-            feats = dict(feats)
-            segs = sweep_segments(shape["b"], shape["t"]) if feats.pop("segments", 0) else None
-            case = attention_case(**shape, dtype=dtype, segments=segs)
-            attention_compare(IMPL, case, config=SMALL, **feats)
+def test_shape_and_feature_sweep(attention_check_sweep, dtype):
+    attention_check_sweep(IMPL, dtype, config=SMALL)
 
 
-def test_lowers_to_triton_for_an_h100_with_bf16_and_gqa():
-    q = jax.ShapeDtypeStruct((1, 512, 8, 128), jnp.bfloat16)
-    kv = jax.ShapeDtypeStruct((1, 512, 2, 128), jnp.bfloat16)
-    seg = jax.ShapeDtypeStruct((1, 512), jnp.int32)
-
+def test_lowers_to_triton_for_an_h100_with_bf16_and_gqa(attention_lowering_args):
     def fwd_bwd(q, k, v, seg):
         f = lambda q, k, v: pallas_triton.run(
             q, k, v, seg, config=pallas_triton.Config(), sliding_window=256, logits_soft_cap=30.0
         )
-        out, vjp = jax.vjp(f, q, k, v)
-        return vjp(out)
+        return with_backward(f)(q, k, v)
 
-    text = lower_for("gpu", fwd_bwd, q, kv, kv, seg)
-    assert text.count("__gpu$xla.gpu.triton") == 3  # forward, dq, dk+dv
+    # forward, dq, dk+dv
+    assert count_kernels("gpu", fwd_bwd, *attention_lowering_args) == 3
 
 
 def test_config_validation():

@@ -34,5 +34,15 @@ def gmm_compare():
     return compare
 
 
+@pytest.fixture
+def gmm_lowering_args():
+    """Abstract bf16 lhs [4096, 1024], rhs of 8 groups [8, 1024, 512], and group sizes."""
+    return (
+        jax.ShapeDtypeStruct((4096, 1024), jnp.bfloat16),
+        jax.ShapeDtypeStruct((8, 1024, 512), jnp.bfloat16),
+        jax.ShapeDtypeStruct((8,), jnp.int32),
+    )
+
+
 # group sizes: empty groups, a group spanning tiles, all rows in one group, a short tail
 SIZES = [[10, 0, 25, 5], [0, 0, 0, 0], [50, 0, 0, 0], [3, 7, 0, 30, 0, 1]]

@@ -1,3 +1,5 @@
+from types import SimpleNamespace
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -74,3 +76,53 @@ def rpa_batch():
 @pytest.fixture
 def rpa_compare():
     return compare
+
+
+# The checks both Pallas kernels share (their test modules differ only in what their tiles allow).
+
+
+def check_mixed_batch(impl):
+    """Prefill chunks and decodes, block-table holes, a dead sequence and padding rows."""
+    batch = make_batch([20, 1, 5, 1, 0], [20, 37, 40, 1, 0], live=4)
+    out = compare(impl, batch, sliding_window=9, logits_soft_cap=3.0)
+    assert float(jnp.abs(out[27:]).max()) == 0.0
+
+
+# (q_lens, kv_lens) of the slow sweep: all decodes, a mix, one whole prefill
+SWEEP_LENS = [([1] * 6, [1, 16, 17, 33, 64, 5]), ([33, 1, 16], [70, 9, 16]), ([40], [40])]
+
+
+def check_sweep(impl, dtype, lens, *, page_size, block_q):
+    """Every option set, with the default config and with a small `block_q`."""
+    batch = make_batch(*lens, page_size=page_size, heads=6, kv_heads=2, dtype=dtype)
+    for opts in (dict(), dict(sliding_window=5), dict(logits_soft_cap=2.0, scale=0.2)):
+        for cfg in (None, {"block_q": block_q}):
+            compare(impl, batch, config=cfg, **opts)
+
+
+def lowering_args():
+    """Abstract serving-sized arguments: 64 rows, 32 q / 8 kv heads of 128, 4097 pages."""
+    return [
+        jax.ShapeDtypeStruct((64, 32, 128), jnp.bfloat16),
+        jax.ShapeDtypeStruct((4097, 16, 8, 128), jnp.bfloat16),
+        jax.ShapeDtypeStruct((4097, 16, 8, 128), jnp.bfloat16),
+        jax.ShapeDtypeStruct((64,), jnp.int32),
+        jax.ShapeDtypeStruct((64, 128), jnp.int32),
+        jax.ShapeDtypeStruct((65,), jnp.int32),
+    ]
+
+
+@pytest.fixture
+def rpa_checks():
+    """The shared checks: `mixed_batch(impl)`, `sweep(impl, dtype, lens, ...)`,
+    `lowering_args()`."""
+    return SimpleNamespace(
+        mixed_batch=check_mixed_batch, sweep=check_sweep, lowering_args=lowering_args
+    )
+
+
+def pytest_generate_tests(metafunc):
+    """A test asking for `rpa_sweep_lens` runs once per SWEEP_LENS entry (one list for both
+    kernels' sweeps; a decorator could not share it, test modules cannot import conftest)."""
+    if "rpa_sweep_lens" in metafunc.fixturenames:
+        metafunc.parametrize("rpa_sweep_lens", SWEEP_LENS)

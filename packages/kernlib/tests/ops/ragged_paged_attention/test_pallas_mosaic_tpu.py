@@ -1,38 +1,21 @@
-import jax
-import jax.numpy as jnp
 import pytest
 
-from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib._src.lowering import count_kernels
 from jaxstack.kernlib.ops.ragged_paged_attention import pallas_mosaic_tpu
 
+IMPL = "pallas_mosaic_tpu"
 
-def test_mixed_prefill_and_decode_with_holes_and_padding(rpa_compare, rpa_batch):
-    batch = rpa_batch([20, 1, 5, 1, 0], [20, 37, 40, 1, 0], live=4)
-    out = rpa_compare("pallas_mosaic_tpu", batch, sliding_window=9, logits_soft_cap=3.0)
-    assert float(jnp.abs(out[27:]).max()) == 0.0
+
+def test_mixed_prefill_and_decode_with_holes_and_padding(rpa_checks):
+    rpa_checks.mixed_batch(IMPL)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-@pytest.mark.parametrize(
-    "q_lens,kv_lens",
-    [([1] * 6, [1, 16, 17, 33, 64, 5]), ([33, 1, 16], [70, 9, 16]), ([40], [40])],
-)
-def test_sweep(rpa_compare, rpa_batch, dtype, q_lens, kv_lens):
-    batch = rpa_batch(q_lens, kv_lens, page_size=8, heads=6, kv_heads=2, dtype=dtype)
-    for opts in (dict(), dict(sliding_window=5), dict(logits_soft_cap=2.0, scale=0.2)):
-        for cfg in (None, {"block_q": 16}):
-            rpa_compare("pallas_mosaic_tpu", batch, config=cfg, **opts)
+def test_sweep(rpa_checks, dtype, rpa_sweep_lens):
+    rpa_checks.sweep(IMPL, dtype, rpa_sweep_lens, page_size=8, block_q=16)
 
 
-def test_lowers_to_mosaic():
-    args = [
-        jax.ShapeDtypeStruct((64, 32, 128), jnp.bfloat16),
-        jax.ShapeDtypeStruct((4097, 16, 8, 128), jnp.bfloat16),
-        jax.ShapeDtypeStruct((4097, 16, 8, 128), jnp.bfloat16),
-        jax.ShapeDtypeStruct((64,), jnp.int32),
-        jax.ShapeDtypeStruct((64, 128), jnp.int32),
-        jax.ShapeDtypeStruct((65,), jnp.int32),
-    ]
+def test_lowers_to_mosaic(rpa_checks):
     f = lambda *a: pallas_mosaic_tpu.run(*a, config=pallas_mosaic_tpu.Config())
-    assert lower_for("tpu", f, *args).count("@tpu_custom_call") == 1
+    assert count_kernels("tpu", f, *rpa_checks.lowering_args()) == 1

@@ -31,3 +31,12 @@ def compare(impl, shape, dtype="float32", config=None, **options):
 @pytest.fixture
 def rms_compare():
     return compare
+
+
+@pytest.fixture
+def rms_lowering_args():
+    """Abstract bf16 x [4096, 4096] and weight [4096]."""
+    return (
+        jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16),
+        jax.ShapeDtypeStruct((4096,), jnp.bfloat16),
+    )

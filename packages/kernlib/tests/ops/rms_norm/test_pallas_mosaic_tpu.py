@@ -1,9 +1,7 @@
-import jax
-import jax.numpy as jnp
 import pytest
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.rms_norm import pallas_mosaic_tpu
 
 
@@ -18,17 +16,9 @@ def test_sweep(rms_compare, dtype, shape):
     rms_compare("pallas_mosaic_tpu", shape, dtype)
 
 
-def test_lowers_to_mosaic():
-    x = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
-    w = jax.ShapeDtypeStruct((4096,), jnp.bfloat16)
+def test_lowers_to_mosaic(rms_lowering_args):
     f = lambda x, w: pallas_mosaic_tpu.run(x, w, config=pallas_mosaic_tpu.Config())
-
-    def fwd_bwd(x, w):
-        out, vjp = jax.vjp(f, x, w)
-        return out, vjp(out)
-
-    text = lower_for("tpu", fwd_bwd, x, w)
-    assert text.count("@tpu_custom_call") == 2
+    assert count_kernels("tpu", with_backward(f), *rms_lowering_args) == 2
 
 
 def test_config_validation():

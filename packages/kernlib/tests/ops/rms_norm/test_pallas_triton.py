@@ -1,8 +1,6 @@
-import jax
-import jax.numpy as jnp
 import pytest
 
-from jaxstack.kernlib._src.lowering import lower_for
+from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.rms_norm import pallas_triton
 
 
@@ -18,14 +16,6 @@ def test_sweep(rms_compare, dtype, shape, block_rows):
     rms_compare("pallas_triton", shape, dtype, config={"block_rows": block_rows})
 
 
-def test_lowers_to_triton():
-    x = jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16)
-    w = jax.ShapeDtypeStruct((4096,), jnp.bfloat16)
+def test_lowers_to_triton(rms_lowering_args):
     f = lambda x, w: pallas_triton.run(x, w, config=pallas_triton.Config())
-
-    def fwd_bwd(x, w):
-        out, vjp = jax.vjp(f, x, w)
-        return out, vjp(out)
-
-    text = lower_for("gpu", fwd_bwd, x, w)
-    assert text.count("__gpu$xla.gpu.triton") == 2
+    assert count_kernels("gpu", with_backward(f), *rms_lowering_args) == 2

@@ -51,3 +51,9 @@ class KernelConfig:
 def check_power_of_two(name: str, value: int, minimum: int = 1) -> None:
     if value < minimum or value & (value - 1):
         raise ConfigError(f"{name}={value} must be a power of two >= {minimum}")
+
+
+def check_multiple(name: str, value: int, multiple: int) -> None:
+    """TPU tiles want block sizes in whole (8-row) sublanes or (128-wide) lanes."""
+    if value < multiple or value % multiple:
+        raise ConfigError(f"{name}={value} must be a positive multiple of {multiple}")

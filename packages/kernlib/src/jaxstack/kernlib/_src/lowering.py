@@ -27,3 +27,23 @@ def lower_for(platform: str, fn, *args: Any) -> str:
     with jax.sharding.use_abstract_mesh(mesh):
         traced = jax.jit(fn).trace(*args)
         return traced.lower(lowering_platforms=(lowering_platform,)).as_text()
+
+
+# what one Pallas kernel call looks like in the lowered text, per platform
+KERNEL_MARKERS = {"gpu": "__gpu$xla.gpu.triton", "tpu": "@tpu_custom_call"}
+
+
+def count_kernels(platform: str, fn, *args: Any) -> int:
+    """How many Pallas kernel calls `lower_for(platform, fn, *args)` contains."""
+    return lower_for(platform, fn, *args).count(KERNEL_MARKERS[platform])
+
+
+def with_backward(fn):
+    """fn(*args) -> out becomes (*args) -> (out, grads of args for cotangent out), so one
+    lowering holds the forward and the backward kernels."""
+
+    def both(*args):
+        out, vjp = jax.vjp(fn, *args)
+        return out, vjp(out)
+
+    return both

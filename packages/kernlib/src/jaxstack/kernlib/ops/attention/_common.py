@@ -1,9 +1,71 @@
-"""Pieces the Pallas attention backends share: padding, block clamping, loop bounds."""
+"""Pieces the Pallas attention backends share: padding, block clamping, loop bounds, and the
+static options and custom-VJP wiring around their forward / backward kernels."""
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+from typing import Any
+
+import jax
 import jax.numpy as jnp
 from jax import lax
+
+from jaxstack.kernlib.ops.attention import base
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Compile-time options of one call (hashable: the custom VJP's non-differentiable arg)."""
+
+    causal: bool
+    window: int | None
+    cap: float | None
+    scale: float
+    has_seg: bool
+    group: int
+    config: Any  # the backend's own Config
+    interpret: bool
+
+    @classmethod
+    def create(
+        cls, q, k, seg, config, interpret, causal, sliding_window, logits_soft_cap, scale
+    ) -> Static:
+        """From `run`'s arguments: q, k [B,T,H,D] unpadded, seg the (padded) segment ids."""
+        return cls(
+            causal=bool(causal),
+            window=None if sliding_window is None else int(sliding_window),
+            cap=None if logits_soft_cap is None else float(logits_soft_cap),
+            scale=base.default_scale(q.shape[3], scale),
+            has_seg=seg is not None,
+            group=q.shape[2] // k.shape[2],
+            config=config,
+            interpret=bool(interpret),
+        )
+
+
+def make_flash(forward, backward):
+    """The differentiable attention f(q, k, v, seg, st) -> out, from a backend's kernels.
+
+    forward(q, k, v, seg, st) -> (out, lse); backward(q, k, v, seg, out, lse, do, st) ->
+    (dq, dk, dv). The backward recomputes probabilities from the saved log-sum-exp.
+    """
+
+    @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+    def flash(q, k, v, seg, st: Static):
+        return forward(q, k, v, seg, st)[0]
+
+    def fwd(q, k, v, seg, st: Static):
+        out, lse = forward(q, k, v, seg, st)
+        return out, (q, k, v, seg, out, lse)
+
+    def bwd(st: Static, res, do):
+        q, k, v, seg, out, lse = res
+        dq, dk, dv = backward(q, k, v, seg, out, lse, do, st)
+        return dq, dk, dv, None
+
+    flash.defvjp(fwd, bwd)
+    return flash
 
 
 def next_power_of_two(n: int) -> int:

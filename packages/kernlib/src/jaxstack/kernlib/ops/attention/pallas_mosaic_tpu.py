@@ -19,8 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig
-from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib._src.config import KernelConfig, check_multiple
 from jaxstack.kernlib.ops.attention import _common, base
 
 LANES = 128
@@ -39,9 +38,7 @@ class Config(KernelConfig):
 
     def __post_init__(self):
         for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
-            value = getattr(self, name)
-            if value < LANES or value % LANES:
-                raise ConfigError(f"{name}={value} must be a positive multiple of {LANES}")
+            check_multiple(name, getattr(self, name), LANES)
 
     @classmethod
     def sweep(cls):
@@ -51,16 +48,7 @@ class Config(KernelConfig):
         return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    causal: bool
-    window: int | None
-    cap: float | None
-    scale: float
-    has_seg: bool
-    group: int
-    config: Config
-    interpret: bool
+_Static = _common.Static
 
 
 def _scores(q, k, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
@@ -328,23 +316,7 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
     return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _flash(q, k, v, seg, st: _Static):
-    return _forward(q, k, v, seg, st)[0]
-
-
-def _flash_fwd(q, k, v, seg, st: _Static):
-    out, lse = _forward(q, k, v, seg, st)
-    return out, (q, k, v, seg, out, lse)
-
-
-def _flash_bwd(st: _Static, res, do):
-    q, k, v, seg, out, lse = res
-    dq, dk, dv = _backward(q, k, v, seg, out, lse, do, st)
-    return dq, dk, dv, None
-
-
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash = _common.make_flash(_forward, _backward)
 
 
 def check(q, k, v, segment_ids=None, **options) -> str | None:
@@ -366,7 +338,7 @@ def run(
     logits_soft_cap: float | None = None,
     scale: float | None = None,
 ):
-    t, d = q.shape[1], q.shape[3]
+    t = q.shape[1]
     clamp = lambda blk: _common.clamp_block(blk, t, LANES)
     cfg = Config(
         block_q=clamp(config.block_q),
@@ -376,15 +348,8 @@ def run(
     )
     multiple = math.lcm(cfg.block_q, cfg.block_k, cfg.block_q_bwd, cfg.block_k_bwd)
     qp, kp, vp, seg = _common.pad_sequence(q, k, v, segment_ids, multiple)
-    st = _Static(
-        causal=bool(causal),
-        window=None if sliding_window is None else int(sliding_window),
-        cap=None if logits_soft_cap is None else float(logits_soft_cap),
-        scale=base.default_scale(d, scale),
-        has_seg=seg is not None,
-        group=q.shape[2] // k.shape[2],
-        config=cfg,
-        interpret=bool(interpret),
+    st = _common.Static.create(
+        q, k, seg, cfg, interpret, causal, sliding_window, logits_soft_cap, scale
     )
     to_bhtd = lambda x: jnp.swapaxes(x, 1, 2)
     out = _flash(to_bhtd(qp), to_bhtd(kp), to_bhtd(vp), seg, st)

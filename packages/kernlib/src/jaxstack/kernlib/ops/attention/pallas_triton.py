@@ -58,16 +58,7 @@ class Config(KernelConfig):
         return out
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    causal: bool
-    window: int | None
-    cap: float | None
-    scale: float
-    has_seg: bool
-    group: int
-    config: Config
-    interpret: bool
+_Static = _common.Static
 
 
 def _logits(q, k, st: _Static):
@@ -296,23 +287,7 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
     return dq, dk, dv
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
-def _flash(q, k, v, seg, st: _Static):
-    return _forward(q, k, v, seg, st)[0]
-
-
-def _flash_fwd(q, k, v, seg, st: _Static):
-    out, lse = _forward(q, k, v, seg, st)
-    return out, (q, k, v, seg, out, lse)
-
-
-def _flash_bwd(st: _Static, res, do):
-    q, k, v, seg, out, lse = res
-    dq, dk, dv = _backward(q, k, v, seg, out, lse, do, st)
-    return dq, dk, dv, None
-
-
-_flash.defvjp(_flash_fwd, _flash_bwd)
+_flash = _common.make_flash(_forward, _backward)
 
 
 def check(q, k, v, segment_ids=None, **options) -> str | None:
@@ -348,15 +323,8 @@ def run(
     multiple = max(cfg.block_q, cfg.block_k, cfg.block_q_bwd, cfg.block_k_bwd)
     d_pad = max(16, _common.next_power_of_two(d))
     qp, kp, vp, seg = _common.pad_sequence(q, k, v, segment_ids, multiple, d_pad)
-    st = _Static(
-        causal=bool(causal),
-        window=None if sliding_window is None else int(sliding_window),
-        cap=None if logits_soft_cap is None else float(logits_soft_cap),
-        scale=base.default_scale(d, scale),
-        has_seg=seg is not None,
-        group=q.shape[2] // k.shape[2],
-        config=cfg,
-        interpret=bool(interpret),
+    st = _common.Static.create(
+        q, k, seg, cfg, interpret, causal, sliding_window, logits_soft_cap, scale
     )
     out = _flash(qp, kp, vp, seg, st)
     return out[:, :t, :, :d]

@@ -1,4 +1,4 @@
-"""The custom VJP shared by the Pallas grouped-matmul backends.
+"""The static options and custom VJP shared by the Pallas grouped-matmul backends.
 
 d_lhs is itself a grouped matmul against rhs transposed; d_rhs is the "transposed" grouped
 matmul (per group, lhs_g^T @ d_out_g), a second kernel.
@@ -6,10 +6,25 @@ matmul (per group, lhs_g^T @ d_out_g), a second kernel.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Compile-time options of one call (hashable: the custom VJP's non-differentiable arg)."""
+
+    config: Any  # the backend's own Config
+    out_dtype: str
+    interpret: bool
+
+    def for_grad(self, dtype):
+        """Options for the d_lhs grouped matmul: it accumulates and returns f32."""
+        return dataclasses.replace(self, out_dtype=jnp.dtype(jnp.float32).name)
 
 
 def make_differentiable(gmm, tgmm):

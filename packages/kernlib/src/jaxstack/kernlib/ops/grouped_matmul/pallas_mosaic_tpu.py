@@ -18,8 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig
-from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib._src.config import KernelConfig, check_multiple
 from jaxstack.kernlib.ops.grouped_matmul import _common, base
 
 
@@ -31,23 +30,14 @@ class Config(KernelConfig):
 
     def __post_init__(self):
         for name in ("block_m", "block_k", "block_n"):
-            value = getattr(self, name)
-            if value < 128 or value % 128:
-                raise ConfigError(f"{name}={value} must be a positive multiple of 128")
+            check_multiple(name, getattr(self, name), 128)
 
     @classmethod
     def sweep(cls):
         return [cls(), cls(256, 256, 256), cls(512, 256, 512), cls(256, 512, 256)]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    config: Config
-    out_dtype: str
-    interpret: bool
-
-    def for_grad(self, dtype):
-        return dataclasses.replace(self, out_dtype=jnp.dtype(jnp.float32).name)
+_Static = _common.Static
 
 
 def _gmm_kernel(vg, vt, lo, hi, lhs_ref, rhs_ref, out_ref, acc_ref, *, bm, nk, nv):

@@ -45,14 +45,7 @@ class Config(KernelConfig):
         ]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    config: Config
-    out_dtype: str
-    interpret: bool
-
-    def for_grad(self, dtype):
-        return dataclasses.replace(self, out_dtype=jnp.dtype(jnp.float32).name)
+_Static = _common.Static
 
 
 def _params(st):

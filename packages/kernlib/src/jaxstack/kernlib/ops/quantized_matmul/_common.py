@@ -35,5 +35,12 @@ def make_differentiable(forward):
     return f
 
 
+def pad2d(a, multiples, rows: int | None = None):
+    """Zero-pads a 2-D array up to multiples of the blocks (or to exactly `rows` rows), since
+    both kernels tile x, values and scales in whole blocks."""
+    pad_rows = (rows - a.shape[0]) if rows is not None else -a.shape[0] % multiples[0]
+    return jnp.pad(a, ((0, pad_rows), (0, -a.shape[1] % multiples[1])))
+
+
 def flatten_rows(x):
     return x.reshape(math.prod(x.shape[:-1]), x.shape[-1])

@@ -17,8 +17,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig
-from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib._src.config import KernelConfig, check_multiple
 from jaxstack.kernlib.ops.quantized_matmul import _common
 
 
@@ -29,12 +28,9 @@ class Config(KernelConfig):
     block_k: int = 512
 
     def __post_init__(self):
-        if self.block_m < 8 or self.block_m % 8:
-            raise ConfigError(f"block_m={self.block_m} must be a positive multiple of 8")
+        check_multiple("block_m", self.block_m, 8)
         for name in ("block_n", "block_k"):
-            value = getattr(self, name)
-            if value < 128 or value % 128:
-                raise ConfigError(f"{name}={value} must be a positive multiple of 128")
+            check_multiple(name, getattr(self, name), 128)
 
     @classmethod
     def sweep(cls):
@@ -72,21 +68,17 @@ def _kernel(*refs, st: _Static, nk: int):
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-def _pad(a, multiples):
-    return jnp.pad(a, [(0, -n % m) for n, m in zip(a.shape, multiples, strict=True)])
-
-
 def _forward(x2, values, scales, zp, st: _Static):
     cfg = st.config
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     m = x2.shape[0]
     n = values.shape[1]
-    x2 = _pad(x2, (bm, bk))
-    v = _pad(values.astype(jnp.int8), (bk, bn))
+    x2 = _common.pad2d(x2, (bm, bk))
+    v = _common.pad2d(values.astype(jnp.int8), (bk, bn))
     mp, kp = x2.shape
     np_ = v.shape[1]
     per_tile = st.tile_k // bk
-    to3 = lambda a: _pad(a, (1, bn))[:, None, :]
+    to3 = lambda a: _common.pad2d(a, (1, bn))[:, None, :]
     stat = pl.BlockSpec((None, 1, bn), lambda i, j, kb: (kb // per_tile, 0, j))
     args = [x2, v, to3(scales)] + ([to3(zp)] if zp is not None else [])
     specs = [

@@ -94,12 +94,12 @@ def _forward(x2, values, scales, zp, st: _Static):
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
     m = x2.shape[0]
     n = values.shape[1]
-    x2 = base_pad(x2, (bm, bk))
+    x2 = _common.pad2d(x2, (bm, bk))
     mp, kp = x2.shape
     n_tiles = kp // st.tile_k
-    scales = base_pad(scales, (1, bn), rows=n_tiles)
-    zp = None if zp is None else base_pad(zp, (1, bn), rows=n_tiles)
-    v = base_pad(values.astype(jnp.int8), (bk, bn))
+    scales = _common.pad2d(scales, (1, bn), rows=n_tiles)
+    zp = None if zp is None else _common.pad2d(zp, (1, bn), rows=n_tiles)
+    v = _common.pad2d(values.astype(jnp.int8), (bk, bn))
     np_ = v.shape[1]
     if st.int4:
         v = jnp.bitwise_or(
@@ -124,11 +124,6 @@ def _forward(x2, values, scales, zp, st: _Static):
         name="kernlib_quantized_matmul",
     )(*args)
     return out[:m, :n]
-
-
-def base_pad(a, multiples, rows: int | None = None):
-    pad_rows = (rows - a.shape[0]) if rows is not None else -a.shape[0] % multiples[0]
-    return jnp.pad(a, ((0, pad_rows), (0, -a.shape[1] % multiples[1])))
 
 
 _differentiable = _common.make_differentiable(_forward)

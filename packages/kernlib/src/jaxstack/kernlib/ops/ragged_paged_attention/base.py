@@ -49,6 +49,14 @@ def validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc) -> Non
         )
 
 
+def dtype_mismatch(q, k_pages) -> str | None:
+    """Why a kernel cannot run (q and the cache differ in dtype), or None; both kernels feed
+    q and cache tiles to one matmul, so they need one dtype."""
+    if q.dtype != k_pages.dtype:
+        return f"q dtype {q.dtype} differs from the cache's {k_pages.dtype}"
+    return None
+
+
 class Rows(NamedTuple):
     """Per-token facts: owning sequence, absolute position, and whether the row is live."""
 

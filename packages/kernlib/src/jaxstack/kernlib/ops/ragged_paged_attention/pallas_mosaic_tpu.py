@@ -18,8 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig
-from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib._src.config import KernelConfig, check_multiple
 from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
@@ -32,8 +31,7 @@ class Config(KernelConfig):
     block_q: int = 8
 
     def __post_init__(self):
-        if self.block_q < 8 or self.block_q % 8:
-            raise ConfigError(f"block_q={self.block_q} must be a positive multiple of 8")
+        check_multiple("block_q", self.block_q, 8)
 
     @classmethod
     def sweep(cls):
@@ -105,9 +103,7 @@ def _kernel(
 def check(q, k_pages, *args, **options) -> str | None:
     if k_pages.shape[1] % 8:
         return f"page_size {k_pages.shape[1]} is not a multiple of 8 (TPU sublanes)"
-    if q.dtype != k_pages.dtype:
-        return f"q dtype {q.dtype} differs from the cache's {k_pages.dtype}"
-    return None
+    return base.dtype_mismatch(q, k_pages)
 
 
 def run(

@@ -97,9 +97,7 @@ def check(q, k_pages, *args, **options) -> str | None:
         return f"page_size {ps} is not a power of two >= 16 (Triton tiles)"
     if d < 16 or d & (d - 1):
         return f"head_dim {d} is not a power of two >= 16 (Triton tiles)"
-    if q.dtype != k_pages.dtype:
-        return f"q dtype {q.dtype} differs from the cache's {k_pages.dtype}"
-    return None
+    return base.dtype_mismatch(q, k_pages)
 
 
 def run(

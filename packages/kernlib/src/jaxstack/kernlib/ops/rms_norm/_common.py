@@ -1,12 +1,26 @@
-"""Shared by the Pallas RMS-norm backends: flattening rows, padding, the custom VJP wiring."""
+"""Shared by the Pallas RMS-norm backends: static options, flattening rows, padding, the custom
+VJP wiring."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Compile-time options of one call (hashable: the custom VJP's non-differentiable arg)."""
+
+    dim: int  # true feature width (the mean's divisor, whatever the padding)
+    eps: float
+    offset: float
+    config: Any  # the backend's own Config
+    interpret: bool
 
 
 def as_rows(x, weight, block_rows: int, pad_dim_to: int | None = None):

@@ -14,8 +14,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig
-from jaxstack.kernlib._src.errors import ConfigError
+from jaxstack.kernlib._src.config import KernelConfig, check_multiple
 from jaxstack.kernlib.ops.rms_norm import _common
 
 
@@ -24,21 +23,14 @@ class Config(KernelConfig):
     block_rows: int = 256
 
     def __post_init__(self):
-        if self.block_rows < 8 or self.block_rows % 8:
-            raise ConfigError(f"block_rows={self.block_rows} must be a positive multiple of 8")
+        check_multiple("block_rows", self.block_rows, 8)
 
     @classmethod
     def sweep(cls):
         return [cls(), cls(64), cls(128), cls(512), cls(1024)]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    dim: int
-    eps: float
-    offset: float
-    config: Config
-    interpret: bool
+_Static = _common.Static
 
 
 def _rstd(x, st):

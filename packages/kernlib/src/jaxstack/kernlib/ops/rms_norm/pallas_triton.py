@@ -32,13 +32,7 @@ class Config(KernelConfig):
         return [cls(), cls(1, 4), cls(2, 4), cls(8, 8), cls(16, 8)]
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    dim: int
-    eps: float
-    offset: float
-    config: Config
-    interpret: bool
+_Static = _common.Static
 
 
 def _fwd_kernel(x_ref, w_ref, y_ref, *, st: _Static):
