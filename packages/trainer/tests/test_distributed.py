@@ -41,7 +41,6 @@ def _layout_losses(root: pathlib.Path, devices: int, layouts: list[str]) -> dict
     return json.loads(line.removeprefix("RESULT "))
 
 
-@pytest.mark.slow
 def test_layouts_on_8_devices_match_one_device(tmp_path):
     ref = _layout_losses(tmp_path / "one", 1, ["data=1"])["data=1"]
     layouts = ["data=8", "fsdp=8", "fsdp=4,tensor=2", "data=2,fsdp=2,tensor=2"]
@@ -61,7 +60,6 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_two_processes_match_one_process(tmp_path):
     port = _free_port()
@@ -116,7 +114,6 @@ def test_two_processes_match_one_process(tmp_path):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_sigkill_then_resume_is_bitwise_identical(tmp_path):
     script = str(SCRIPTS / "kill_resume.py")
     straight = _run([script, str(tmp_path / "straight"), "12"], _env())

@@ -7,10 +7,7 @@ import subprocess
 import sys
 import time
 
-import pytest
 
-
-@pytest.mark.slow
 def test_jaxstack_train_with_no_arguments(tmp_path):
     exe = pathlib.Path(sys.executable).with_name("jaxstack-train")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "jaxstack.trainer._src.cli"]
