@@ -126,6 +126,17 @@ def model_flops(case: dict) -> float:
     return nnlib.training_flops_per_token(cfg, 256)
 
 
+def _load_sentence(before: float, after: float, cores: int) -> str:
+    """Say whether other work competed with the run, from the load average around it."""
+    loads = f"load average {before:.1f} before, {after:.1f} after, on {cores} cores"
+    if before > 1.5:
+        return (
+            f"**Other work was running on the machine** ({loads}): absolute numbers are below an "
+            "idle machine's; the ratios within one case are the meaningful part."
+        )
+    return f"No other work was running ({loads}; the benchmark itself accounts for the load)."
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
@@ -192,12 +203,9 @@ def main() -> None:
         "",
         f"Run {meta['date_utc']} UTC on {meta['cpu_cores']} CPU cores, {args.steps} steps per "
         f"trainer (median step time after warm-up), {args.rounds} round(s), interleaved.",
-        f"**The machine was shared with other engineers' work during this run** (load average "
-        f"{load_before[0]:.1f} before, {load_after[0]:.1f} after, on 2 cores): absolute numbers "
-        "are far below an idle machine's; the ratios within one case are the meaningful part.",
+        _load_sentence(load_before[0], load_after[0], meta["cpu_cores"]),
         f"XLA matmul peak measured now: fp32 {meta['matmul_peak_gflops']['float32']:.0f} GFLOP/s,"
-        f" bf16 {meta['matmul_peak_gflops']['bfloat16']:.0f} GFLOP/s (also depressed by the "
-        "load).",
+        f" bf16 {meta['matmul_peak_gflops']['bfloat16']:.0f} GFLOP/s.",
         "",
         "| case | trainer | tokens/s | vs torch minimal | MFU vs matmul peak | final loss |",
         "|---|---|---:|---:|---:|---:|",
