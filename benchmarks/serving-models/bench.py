@@ -300,8 +300,8 @@ def main() -> None:
             "platform": platform.platform(),
             "jax": jax.__version__,
             "backend": jax.default_backend(),
-            "note": "shared machine: other engineers' builds and tests ran at the same "
-            "time, so absolute numbers are noisy; the modes ran interleaved",
+            "note": f"1-minute load average {os.getloadavg()[0]:.1f} when the run ended (the "
+            "benchmark's own server and client included); the modes ran interleaved",
         },
         "quick": args.quick,
         "rounds": args.rounds,
