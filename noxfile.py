@@ -82,7 +82,7 @@ def versions(session: nox.Session) -> None:
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def tests(session: nox.Session, package: str) -> None:
-    install_packages(session, closure(package), *TEST_TOOLS)
+    install_packages(session, closure(package, with_test_extra=True), *TEST_TOOLS)
     session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)
 
 
@@ -109,7 +109,7 @@ def integration(session: nox.Session, backend: str) -> None:
 @nox.parametrize("package", PACKAGES)
 def compat(session: nox.Session, package: str, resolution: str) -> None:
     """The package's tests against its lowest declared (or the newest) dependency versions."""
-    requirements = [p.test_requirement for p in closure(package)]
+    requirements = [p.test_requirement for p in closure(package, with_test_extra=True)]
     session.install(f"--resolution={resolution}", *requirements, *TEST_TOOLS)
     session.run("uv", "pip", "list", external=True, silent=False)
     session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)

@@ -23,6 +23,7 @@ class Package:
     version: str
     dependencies: tuple[str, ...]
     extras: tuple[str, ...] = ()
+    test_dependencies: tuple[str, ...] = ()
 
     @property
     def path(self) -> Path:
@@ -37,10 +38,19 @@ class Package:
     @property
     def sibling_dependencies(self) -> tuple[str, ...]:
         """Folders of the jaxstack packages this one declares as dependencies."""
-        names = (requirement_name(r) for r in self.dependencies)
-        return tuple(
-            n.removeprefix(DISTRIBUTION_PREFIX) for n in names if n.startswith(DISTRIBUTION_PREFIX)
-        )
+        return siblings_in(self.dependencies)
+
+    @property
+    def sibling_test_dependencies(self) -> tuple[str, ...]:
+        """Folders of the jaxstack packages its `test` extra adds (optional integrations)."""
+        return siblings_in(self.test_dependencies)
+
+
+def siblings_in(requirements: tuple[str, ...]) -> tuple[str, ...]:
+    names = (requirement_name(r) for r in requirements)
+    return tuple(
+        n.removeprefix(DISTRIBUTION_PREFIX) for n in names if n.startswith(DISTRIBUTION_PREFIX)
+    )
 
 
 def requirement_name(requirement: str) -> str:
@@ -55,6 +65,7 @@ def load_package(folder: str) -> Package:
         project["version"],
         tuple(project.get("dependencies", ())),
         tuple(project.get("optional-dependencies", {})),
+        tuple(project.get("optional-dependencies", {}).get("test", ())),
     )
 
 
@@ -66,8 +77,12 @@ def all_packages() -> list[Package]:
     ]
 
 
-def closure(folder: str) -> list[Package]:
-    """The package and every sibling it needs, transitively, dependencies first."""
+def closure(folder: str, *, with_test_extra: bool = False) -> list[Package]:
+    """The package and every sibling it needs, transitively, dependencies first.
+
+    With `with_test_extra`, also the siblings the package's own `test` extra names (the optional
+    integrations its tests exercise), which must come from their folders too.
+    """
     ordered: list[Package] = []
     seen: set[str] = set()
 
@@ -80,6 +95,9 @@ def closure(folder: str) -> list[Package]:
             visit(sibling)
         ordered.append(package)
 
+    if with_test_extra:
+        for sibling in load_package(folder).sibling_test_dependencies:
+            visit(sibling)
     visit(folder)
     return ordered
 

@@ -79,6 +79,7 @@ class TrainSection:
     moe_load_balance_weight: float = 0.01
     moe_router_z_weight: float = 0.001
     donate: bool = True
+    attention: str = "xla"  # or "kernlib" (extra `kernels`): kernlib's attention in the model
     # XLA flags the CLI adds before JAX starts (jaxlib >= 0.12): routing elementwise fusions
     # through YNNPACK as well as dots cuts this CPU's backward pass by about a quarter.
     xla_flags: str | None = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise"
@@ -113,6 +114,8 @@ class LogSection:
     sample_tokens: int = 64
     sample_temperature: float = 0.7  # 0 = greedy; sampling uses top-k 40 and train.seed
     peak_flops: float | None = None  # override the device peak used for MFU
+    profile_start: int | None = None  # trace steps from here on with xprof-lite (extra `profile`)
+    profile_steps: int = 3
 
 
 SECTIONS: dict[str, type] = {

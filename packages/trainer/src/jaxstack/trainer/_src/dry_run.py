@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstack.trainer._src import data as data_mod
+from jaxstack.trainer._src import extras
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config
@@ -56,7 +57,9 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
         mesh = mesh_mod.abstract_mesh(mesh_sizes)
     rules = mesh_mod.logical_rules(config.mesh)
 
-    model = model_mod.abstract_model(mcfg, config.train.seed)
+    model = model_mod.abstract_model(
+        mcfg, config.train.seed, extras.attention_function(config.train.attention)
+    )
     apply, params = model_mod.functional(model)
     specs = model_mod.param_specs(mcfg, params, rules)
     p_shard = mesh_mod.param_shardings(params, specs, mesh)

@@ -15,11 +15,13 @@ import pathlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 import jax
 
 from jaxstack.trainer._src import data as data_mod
+from jaxstack.trainer._src import extras
 from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.goodput import GoodputTracker
 from jaxstack.trainer._src.metrics_log import MetricsLog
@@ -99,14 +101,16 @@ def _run(
     data_states = s.data_states
     last_saved = step if s.restored else -1
     diverged = False
+    profiler = extras.step_profiler(config, s.run_dir) if s.is_chief else None
     log.start(step)
     try:
         while step < config.train.steps:
             with tracker.measure("data_wait"):
                 batch, data_states = prefetch.next()
             t = time.perf_counter()
-            state, device_metrics = train_step(state, batch)
-            metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
+            with profiler.step(step) if profiler else nullcontext():
+                state, device_metrics = train_step(state, batch)
+                metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
             dt = time.perf_counter() - t
             tracker.add("step", dt)
             step += 1
@@ -134,6 +138,8 @@ def _run(
                 break
     finally:
         prefetch.close()
+        if profiler:
+            profiler.close()
 
     if step == config.train.steps or eval_metrics is None:
         with tracker.measure("eval"):

@@ -39,22 +39,24 @@ def model_config(config: Config, tokenizer_vocab: int | None = None) -> Any:
         raise ConfigError(f"model section {config.model!r} is not valid for nnlib: {e}") from e
 
 
-def build_model(mcfg: Any, seed: int) -> Any:
+def build_model(mcfg: Any, seed: int, attention_fn: Any = None) -> Any:
     """A concrete nnlib Transformer on the default device (host memory on CPU)."""
     from flax import nnx
 
     from jaxstack import nnlib
 
-    return nnlib.Transformer(mcfg, rngs=nnx.Rngs(seed))
+    return nnlib.Transformer(mcfg, rngs=nnx.Rngs(seed), attention_fn=attention_fn)
 
 
-def abstract_model(mcfg: Any, seed: int = 0) -> Any:
+def abstract_model(mcfg: Any, seed: int = 0, attention_fn: Any = None) -> Any:
     """The Transformer with ShapeDtypeStruct leaves: nothing is allocated."""
     from flax import nnx
 
     from jaxstack import nnlib
 
-    return nnx.eval_shape(lambda: nnlib.Transformer(mcfg, rngs=nnx.Rngs(seed)))
+    return nnx.eval_shape(
+        lambda: nnlib.Transformer(mcfg, rngs=nnx.Rngs(seed), attention_fn=attention_fn)
+    )
 
 
 def functional(model: Any) -> tuple[Any, Any]:

@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstack.trainer._src import data as data_mod
+from jaxstack.trainer._src import extras
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config
@@ -251,6 +252,7 @@ def build_session(config: Config) -> Session:
     is_chief = jax.process_index() == 0
 
     data_mod.check_data_path(config.data)
+    extras.check(config)
     enable_compile_cache(config.train.compile_cache)
     tokenizer = data_mod.build_tokenizer(config.data)
     mcfg = model_mod.model_config(config, tokenizer.vocab_size)
@@ -268,7 +270,9 @@ def build_session(config: Config) -> Session:
 
     from jaxstack import optlib
 
-    model = model_mod.build_model(mcfg, config.train.seed)
+    model = model_mod.build_model(
+        mcfg, config.train.seed, extras.attention_function(config.train.attention)
+    )
     apply, params = model_mod.functional(model)
     specs = model_mod.param_specs(mcfg, params, rules)
     p_shard = mesh_mod.param_shardings(params, specs, mesh)

@@ -1,0 +1,64 @@
+"""Optional integrations: kernlib attention and xprof-lite step profiling, and the clear error
+when the extra that provides one is not installed."""
+
+import types
+
+import numpy as np
+import pytest
+
+from jaxstack import kernlib
+from jaxstack.trainer import ConfigError, load_config, read_jsonl, train
+from jaxstack.trainer._src import extras
+
+SHORT_RUN = [
+    "train.steps=4",
+    "eval.every=0",
+    "checkpoint.enabled=false",
+    "log.report=false",
+    "log.tensorboard=false",
+    "log.sample_tokens=0",
+]
+
+
+def test_attention_choice_resolves_to_the_function_nnlib_receives():
+    assert extras.attention_function("xla") is None
+    assert extras.attention_function("kernlib") is kernlib.attention
+    with pytest.raises(ConfigError, match=r"train\.attention='flash' is not one of xla, kernlib"):
+        extras.attention_function("flash")
+
+
+def test_missing_extra_names_the_pip_command(monkeypatch):
+    def not_installed(name):
+        raise ImportError(f"No module named {name!r}")
+
+    config = load_config("test", ["log.profile_start=1"])
+    monkeypatch.setattr(extras, "importlib", types.SimpleNamespace(import_module=not_installed))
+    with pytest.raises(ConfigError, match=r"pip install 'jaxstack-trainer\[kernels\]'"):
+        extras.attention_function("kernlib")
+    with pytest.raises(ConfigError, match=r"pip install 'jaxstack-trainer\[profile\]'"):
+        extras.check(config)
+
+
+def test_kernlib_attention_trains_like_the_default_and_profiling_captures_steps(tmp_path):
+    default = train(load_config("test", [*SHORT_RUN, f"log.run_dir={tmp_path / 'xla'}"]))
+    with_extras = train(
+        load_config(
+            "test",
+            [
+                *SHORT_RUN,
+                f"log.run_dir={tmp_path / 'kernlib'}",
+                "train.attention=kernlib",
+                "log.profile_start=2",
+                "log.profile_steps=2",
+            ],
+        )
+    )
+
+    def losses(result):
+        return [
+            r["loss"] for r in read_jsonl(result.run_dir / "metrics.jsonl") if r["kind"] == "train"
+        ]
+
+    np.testing.assert_allclose(losses(with_extras), losses(default), rtol=1e-5)
+    traces = list((with_extras.run_dir / "profile").rglob("*.xplane.pb"))
+    assert len(traces) == 1
