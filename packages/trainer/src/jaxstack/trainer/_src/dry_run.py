@@ -18,15 +18,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec
 
-from jaxstack.trainer._src import data as data_mod
 from jaxstack.trainer._src import extras
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config
-from jaxstack.trainer._src.session import optimizer_config
-from jaxstack.trainer._src.step import make_loss_fn, make_train_step
+from jaxstack.trainer._src.session import abstract_batch, loss_fn_for, plan_state
+from jaxstack.trainer._src.step import make_train_step
 
 
 def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[str, Any]:
@@ -35,7 +33,7 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
     `mesh_sizes` gives the axis sizes (default: the config's mesh over the visible devices).
     Raises MeshError if the batch does not divide the mesh, as a real run would.
     """
-    from jaxstack import datalib, optlib
+    from jaxstack import datalib
 
     t0 = time.perf_counter()
     tokenizer_vocab = None
@@ -60,14 +58,7 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
     model = model_mod.abstract_model(
         mcfg, config.train.seed, extras.attention_function(config.train.attention)
     )
-    apply, params = model_mod.functional(model)
-    specs = model_mod.param_specs(mcfg, params, rules)
-    p_shard = mesh_mod.param_shardings(params, specs, mesh)
-    tx = optlib.build_optimizer(optimizer_config(config), params)
-    opt_abs = jax.eval_shape(tx.init, params)
-    o_shard = mesh_mod.state_shardings(opt_abs, params, p_shard, mesh)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    shardings = {"params": p_shard, "opt_state": o_shard, "step": replicated}
+    apply, params, tx, opt_abs, shardings = plan_state(config, mcfg, model, mesh, rules)
     state = {
         "params": params,
         "opt_state": opt_abs,
@@ -76,24 +67,8 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
     state_abs = jax.tree.map(
         lambda x, s: jax.ShapeDtypeStruct(np.shape(x), x.dtype, sharding=s), state, shardings
     )
-    b_shard = mesh_mod.batch_sharding(mesh, rules)
-    shape = (config.data.batch_size, config.data.seq_len)
-    batch = {
-        k: jax.ShapeDtypeStruct(
-            shape, jnp.float32 if k == "loss_mask" else jnp.int32, sharding=b_shard
-        )
-        for k in data_mod.BATCH_KEYS
-    }
-    t = config.train
-    loss_fn = make_loss_fn(
-        apply,
-        z_loss_weight=t.z_loss_weight,
-        aux_weights={
-            "moe_load_balance_loss": t.moe_load_balance_weight,
-            "moe_router_z_loss": t.moe_router_z_weight,
-        },
-    )
-    step = make_train_step(loss_fn, tx, grad_accum=t.grad_accum)
+    batch = abstract_batch(config, mesh_mod.batch_sharding(mesh, rules))
+    step = make_train_step(loss_fn_for(config, apply), tx, grad_accum=config.train.grad_accum)
     jitted = jax.jit(step, out_shardings=(shardings, None), donate_argnums=(0,))
     if concrete:
         lowered = jitted.lower(state_abs, batch)

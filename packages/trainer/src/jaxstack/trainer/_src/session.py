@@ -37,6 +37,46 @@ def default_run_dir() -> pathlib.Path:
     return pathlib.Path.cwd() / "runs" / stamp
 
 
+def plan_state(config: Config, mcfg: Any, model: Any, mesh: Any, rules: Any) -> tuple:
+    """(apply, params, tx, abstract opt_state, state shardings) for a concrete or abstract model.
+
+    Shared by a real run and a dry run, so both shard parameters and optimiser state alike.
+    """
+    from jaxstack import optlib
+
+    apply, params = model_mod.functional(model)
+    specs = model_mod.param_specs(mcfg, params, rules)
+    p_shard = mesh_mod.param_shardings(params, specs, mesh)
+    tx = optlib.build_optimizer(optimizer_config(config), params)
+    opt_abs = jax.eval_shape(tx.init, params)
+    o_shard = mesh_mod.state_shardings(opt_abs, params, p_shard, mesh)
+    replicated = NamedSharding(mesh, PartitionSpec())
+    shardings = {"params": p_shard, "opt_state": o_shard, "step": replicated}
+    return apply, params, tx, opt_abs, shardings
+
+
+def loss_fn_for(config: Config, apply: Any) -> Any:
+    """The training loss of `apply` with the run's z-loss and MoE auxiliary-loss weights."""
+    t = config.train
+    return make_loss_fn(
+        apply,
+        z_loss_weight=t.z_loss_weight,
+        aux_weights={
+            "moe_load_balance_loss": t.moe_load_balance_weight,
+            "moe_router_z_loss": t.moe_router_z_weight,
+        },
+    )
+
+
+def abstract_batch(config: Config, sharding: Any) -> dict[str, jax.ShapeDtypeStruct]:
+    """Shapes, dtypes and sharding of one global batch, for ahead-of-time compiles."""
+    shape = (config.data.batch_size, config.data.seq_len)
+    dtypes = {k: jnp.int32 for k in data_mod.BATCH_KEYS} | {"loss_mask": jnp.float32}
+    return {
+        k: jax.ShapeDtypeStruct(shape, dtypes[k], sharding=sharding) for k in data_mod.BATCH_KEYS
+    }
+
+
 def optimizer_config(config: Config) -> Any:
     """optlib `OptimizerConfig`; the schedule's total_steps defaults to train.steps."""
     from jaxstack import optlib
@@ -123,12 +163,7 @@ class Session:
         }
 
     def batch_abstract(self) -> dict[str, jax.ShapeDtypeStruct]:
-        shape = (self.config.data.batch_size, self.config.data.seq_len)
-        dtypes = {k: jnp.int32 for k in data_mod.BATCH_KEYS} | {"loss_mask": jnp.float32}
-        return {
-            k: jax.ShapeDtypeStruct(shape, dtypes[k], sharding=self.batch_sharding)
-            for k in data_mod.BATCH_KEYS
-        }
+        return abstract_batch(self.config, self.batch_sharding)
 
     def compile(self) -> tuple[Any, Any]:
         """Ahead-of-time compiled train step (state donated) and eval step."""
@@ -150,15 +185,7 @@ class Session:
         return train_step, eval_step
 
     def loss_fn(self) -> Any:
-        t = self.config.train
-        return make_loss_fn(
-            self.apply,
-            z_loss_weight=t.z_loss_weight,
-            aux_weights={
-                "moe_load_balance_loss": t.moe_load_balance_weight,
-                "moe_router_z_loss": t.moe_router_z_weight,
-            },
-        )
+        return loss_fn_for(self.config, self.apply)
 
     def evaluate(self, eval_step: Any, params: Any) -> dict[str, float]:
         """Token-weighted loss and perplexity over the first `eval.batches` validation batches."""
@@ -268,19 +295,10 @@ def build_session(config: Config) -> Session:
     mesh = mesh_mod.build_mesh(config.mesh)
     rules = mesh_mod.logical_rules(config.mesh)
 
-    from jaxstack import optlib
-
     model = model_mod.build_model(
         mcfg, config.train.seed, extras.attention_function(config.train.attention)
     )
-    apply, params = model_mod.functional(model)
-    specs = model_mod.param_specs(mcfg, params, rules)
-    p_shard = mesh_mod.param_shardings(params, specs, mesh)
-    tx = optlib.build_optimizer(optimizer_config(config), params)
-    opt_abs = jax.eval_shape(tx.init, params)
-    o_shard = mesh_mod.state_shardings(opt_abs, params, p_shard, mesh)
-    replicated = NamedSharding(mesh, PartitionSpec())
-    shardings = {"params": p_shard, "opt_state": o_shard, "step": replicated}
+    apply, params, tx, opt_abs, shardings = plan_state(config, mcfg, model, mesh, rules)
 
     manager, preemption = None, None
     if config.checkpoint.enabled:
@@ -306,9 +324,9 @@ def build_session(config: Config) -> Session:
     restored = None
     if manager is not None and config.checkpoint.resume and manager.latest_step() is not None:
         target = {
-            "params": abstract_like(params, p_shard),
-            "opt_state": abstract_like(opt_abs, o_shard),
-            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated),
+            "params": abstract_like(params, shardings["params"]),
+            "opt_state": abstract_like(opt_abs, shardings["opt_state"]),
+            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=shardings["step"]),
         }
         restored = manager.restore(target=target)
         state = restored.state
@@ -316,12 +334,12 @@ def build_session(config: Config) -> Session:
             data_mod.restore_iterator_states(iterators, restored.data_state["shards"])
         start_step = int(restored.step)
     else:
-        params_dev = put_global(params, p_shard)
-        opt_state = jax.jit(tx.init, out_shardings=o_shard)(params_dev)
+        params_dev = put_global(params, shardings["params"])
+        opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params_dev)
         state = {
             "params": params_dev,
             "opt_state": opt_state,
-            "step": jax.device_put(jnp.zeros((), jnp.int32), replicated),
+            "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"]),
         }
         start_step = 0
 
