@@ -80,11 +80,15 @@ class TrainSection:
     moe_router_z_weight: float = 0.001
     donate: bool = True
     attention: str = "xla"  # or "kernlib" (extra `kernels`): kernlib's attention in the model
-    # XLA flags the CLI adds before JAX starts (jaxlib >= 0.12): routing elementwise fusions
-    # through YNNPACK as well as dots cuts this CPU's backward pass by about a quarter.
-    xla_flags: str | None = "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise"
+    # XLA flags the CLI adds before JAX starts (jaxlib >= 0.12), e.g.
+    # "--xla_cpu_experimental_ynn_fusion_type=dot,eltwise" (3% slower here once host memory is
+    # retained, so not the default; see benchmarks/train/README.md).
+    xla_flags: str | None = None
     # JAX's persistent compilation cache: a restarted or resumed run skips recompiling.
     compile_cache: str | None = "~/.cache/jaxstack/jax"
+    # "retain": glibc keeps freed host memory for the next step instead of unmapping it (XLA:CPU's
+    # per-step buffers otherwise page-fault back in every step); "system": leave malloc alone.
+    host_allocator: str = "retain"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -368,6 +372,10 @@ def _check_values(config: Config) -> None:
         )
     if config.log.progress not in ("auto", "rich", "plain"):
         raise ConfigError(f"log.progress must be auto, rich or plain, got {config.log.progress!r}")
+    if config.train.host_allocator not in ("retain", "system"):
+        raise ConfigError(
+            f"train.host_allocator must be retain or system, got {config.train.host_allocator!r}"
+        )
     axes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor, config.mesh.expert]
     if sum(a == -1 for a in axes) > 1:
         raise ConfigError("at most one mesh axis may be -1 (fill the remaining devices)")

@@ -24,6 +24,7 @@ from jaxstack.trainer._src import data as data_mod
 from jaxstack.trainer._src import extras
 from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.goodput import GoodputTracker
+from jaxstack.trainer._src.host_memory import retain_freed_host_memory
 from jaxstack.trainer._src.metrics_log import MetricsLog
 from jaxstack.trainer._src.report import write_report
 from jaxstack.trainer._src.session import Session, build_session
@@ -56,6 +57,8 @@ def train(
     as startup time in the goodput breakdown.
     """
     tracker = GoodputTracker(start_time)
+    if config.train.host_allocator == "retain":
+        retain_freed_host_memory()
     with tracker.measure("startup"):
         s = build_session(config)
     log = MetricsLog(
