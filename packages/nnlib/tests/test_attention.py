@@ -76,3 +76,33 @@ def test_gradients_are_finite_with_padding():
     g = jax.grad(lambda q: nnlib.dot_product_attention(q, k, v, segment_ids=seg).sum())(q)
     assert np.all(np.isfinite(np.asarray(g)))
     assert np.all(np.asarray(g[0, 2:]) == 0.0)
+
+
+@pytest.mark.parametrize("kh", [1, 2])
+def test_long_causal_attention_split_in_halves_matches_one_pass(kh):
+    """At T >= SPLIT_MIN_LEN the default skips the future half of the keys for the first half."""
+    from jaxstack.nnlib._src.attention_fn import SPLIT_MIN_LEN, attention_mask, masked_attention
+
+    t = SPLIT_MIN_LEN
+    q, k, v = qkv(b=2, t=t, h=2, kh=kh, d=8)
+    seg = np.ones((2, t), np.int32)
+    seg[0, 100:200], seg[0, 200:] = 2, 0  # a document across the split, then padding
+    seg = jnp.asarray(seg)
+    pos = jnp.broadcast_to(jnp.arange(t), (2, t))
+    mask = attention_mask(pos, pos, seg, seg)
+    w = jax.random.normal(jax.random.key(5), q.shape)
+
+    def loss(attn, q, k, v):
+        return (attn(q, k, v) * w).sum()
+
+    split = lambda q, k, v: nnlib.dot_product_attention(q, k, v, segment_ids=seg)
+    whole = lambda q, k, v: masked_attention(q, k, v, mask)
+    assert "concatenate" in str(jax.make_jaxpr(split)(q, k, v))  # the split path ran
+    assert max_diff(split(q, k, v), whole(q, k, v)) < 1e-5
+    assert np.all(np.asarray(split(q, k, v)[0, 200:]) == 0.0)
+    grads_split = jax.grad(lambda *a: loss(split, *a), argnums=(0, 1, 2))(q, k, v)
+    grads_whole = jax.grad(lambda *a: loss(whole, *a), argnums=(0, 1, 2))(q, k, v)
+    for a, b in zip(grads_split, grads_whole, strict=True):
+        assert max_diff(a, b) < 1e-4
+    ref = reference(q[1:], k[1:], v[1:], np.asarray(seg[1:]))
+    assert max_diff(split(q, k, v)[1:], ref) < 1e-5

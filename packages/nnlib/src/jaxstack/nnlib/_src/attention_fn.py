@@ -55,6 +55,12 @@ def attention_mask(
     return mask
 
 
+# Causal self-attention at least this long splits its queries in two halves: the first half only
+# needs the first half of the keys, which skips a quarter of the score matrix. On CPU this made
+# one layer's attention forward+backward ~1.3x faster at T=256 (benchmarks/train/README.md).
+SPLIT_MIN_LEN = 256
+
+
 def masked_attention(
     q: jax.Array,
     k: jax.Array,
@@ -72,16 +78,23 @@ def masked_attention(
     kv_heads = k.shape[2]
     groups = h // kv_heads
     scale = d**-0.5 if scale is None else scale
-    qg = q.reshape(b, tq, kv_heads, groups, d)
-    logits = jnp.einsum("bqkgd,bskd->bkgqs", qg, k, preferred_element_type=jnp.float32) * scale
+    if groups == 1:
+        # Plain [B, H] batch axes: XLA:CPU copies less around these dots than with a size-1
+        # group axis (one layer's attention forward+backward ~1.15x faster at T=256).
+        q_, logits_spec, out_spec, m = q, "bqhd,bkhd->bhqk", "bhqk,bkhd->bqhd", mask[:, None]
+    else:
+        q_ = q.reshape(b, tq, kv_heads, groups, d)
+        logits_spec, out_spec = "bqkgd,bskd->bkgqs", "bkgqs,bskd->bqkgd"
+        m = mask[:, None, None]
+    logits = jnp.einsum(logits_spec, q_, k, preferred_element_type=jnp.float32) * scale
     if logits_soft_cap is not None:
         logits = logits_soft_cap * jnp.tanh(logits / logits_soft_cap)
-    m = mask[:, None, None, :, :]
     logits = jnp.where(m, logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1)
-    probs = jnp.where(m, probs, 0.0).astype(v.dtype)
-    out = jnp.einsum("bkgqs,bskd->bqkgd", probs, v)
-    return out.reshape(b, tq, h, d)
+    probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+    out = jnp.einsum(out_spec, probs, v).reshape(b, tq, h, d)
+    # An empty row's softmax is uniform over masked keys; one factor per query zeroes it.
+    has_keys = jnp.any(mask, axis=-1)[:, :, None, None]
+    return out * has_keys.astype(out.dtype)
 
 
 def dot_product_attention(
@@ -103,4 +116,10 @@ def dot_product_attention(
     mask = attention_mask(
         positions, positions, segment_ids, segment_ids, causal=causal, sliding_window=sliding_window
     )
-    return masked_attention(q, k, v, mask, logits_soft_cap=logits_soft_cap, scale=scale)
+    kwargs = dict(logits_soft_cap=logits_soft_cap, scale=scale)
+    if not causal or t < SPLIT_MIN_LEN or t % 2:
+        return masked_attention(q, k, v, mask, **kwargs)
+    half = t // 2
+    first = masked_attention(q[:, :half], k[:, :half], v[:, :half], mask[:, :half, :half], **kwargs)
+    second = masked_attention(q[:, half:], k, v, mask[:, half:], **kwargs)
+    return jnp.concatenate([first, second], axis=1)
