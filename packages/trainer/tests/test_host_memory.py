@@ -1,6 +1,5 @@
 """The retained host allocator: a large buffer freed and allocated again is not faulted in again."""
 
-import platform
 import subprocess
 import sys
 import textwrap
@@ -9,10 +8,9 @@ import pytest
 
 from jaxstack.trainer._src.config import load_config
 from jaxstack.trainer._src.errors import ConfigError
+from jaxstack.trainer._src.host_memory import ON_GLIBC
 
-pytestmark = pytest.mark.skipif(
-    platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc only"
-)
+pytestmark = pytest.mark.skipif(not ON_GLIBC, reason="glibc only")
 
 # Allocates, touches and frees a 64 MiB buffer from a worker thread (as XLA:CPU's threads do),
 # six times, and prints the page faults of rounds 2-6 in units of the buffer's pages.
