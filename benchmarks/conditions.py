@@ -1,0 +1,140 @@
+"""Run conditions of a benchmark, measured by the script rather than typed by hand.
+
+Every benchmark in this folder wraps its timed part in `measure_conditions()`: the load average
+is sampled before, every few seconds during, and after the run, and the machine (CPU model,
+the vector-instruction flags that decide which kernels run, cores) and the versions of the
+libraries involved are read from the system. The result goes into the results JSON as-is and
+into the Markdown table's header through `conditions_markdown`, so a reader can tell a quiet
+run from one on a shared machine.
+
+    import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+    from conditions import measure_conditions, conditions_markdown
+
+    with measure_conditions(packages=["jax", "jaxstack-serving"]) as conditions:
+        rows = run_benchmark()
+    meta = conditions.as_dict()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.metadata
+import os
+import pathlib
+import platform
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+# The flags that change which matmul kernels XLA and oneDNN pick on x86.
+VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
+
+
+def cpu_model_and_flags() -> tuple[str, list[str]]:
+    """CPU model name and the vector flags of `VECTOR_FLAGS` it has, from /proc/cpuinfo."""
+    model, flags = platform.processor() or platform.machine(), set()
+    with contextlib.suppress(OSError):
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
+    return model, [f for f in VECTOR_FLAGS if f in flags]
+
+
+def package_versions(names: list[str]) -> dict[str, str]:
+    """Installed versions of the named distributions ("absent" where not installed)."""
+    versions = {}
+    for name in names:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+@dataclass
+class RunConditions:
+    started_utc: str
+    cpu_model: str
+    cpu_flags: list[str]
+    cpu_cores: int
+    python: str
+    versions: dict[str, str]
+    load_before: float
+    load_during: list[float] = field(default_factory=list)
+    load_after: float | None = None
+    wall_s: float | None = None
+
+    def as_dict(self) -> dict:
+        during = self.load_during or [self.load_before]
+        return {
+            "started_utc": self.started_utc,
+            "cpu_model": self.cpu_model,
+            "cpu_flags": self.cpu_flags,
+            "cpu_cores": self.cpu_cores,
+            "python": self.python,
+            "versions": self.versions,
+            "load_average_1min": {
+                "before": self.load_before,
+                "during_median": statistics.median(during),
+                "during_max": max(during),
+                "after": self.load_after,
+            },
+            "wall_s": self.wall_s,
+        }
+
+
+@contextlib.contextmanager
+def measure_conditions(
+    packages: list[str] | tuple[str, ...] = ("jax", "jaxlib"), sample_every_s: float = 5.0
+) -> Iterator[RunConditions]:
+    """Record the machine and sample the 1-minute load average around the `with` body."""
+    model, flags = cpu_model_and_flags()
+    conditions = RunConditions(
+        started_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        cpu_model=model,
+        cpu_flags=flags,
+        cpu_cores=len(os.sched_getaffinity(0)),
+        python=platform.python_version(),
+        versions=package_versions(list(packages)),
+        load_before=os.getloadavg()[0],
+    )
+    stop = threading.Event()
+
+    def sample() -> None:
+        while not stop.wait(sample_every_s):
+            conditions.load_during.append(os.getloadavg()[0])
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    start = time.perf_counter()
+    sampler.start()
+    try:
+        yield conditions
+    finally:
+        stop.set()
+        sampler.join()
+        conditions.wall_s = time.perf_counter() - start
+        conditions.load_after = os.getloadavg()[0]
+
+
+def conditions_markdown(conditions: dict) -> str:
+    """The run conditions as a short Markdown paragraph for the top of a results file."""
+    load = conditions["load_average_1min"]
+    cores = conditions["cpu_cores"]
+    busy = max(load["during_max"], load["before"]) > 0.5 * cores
+    verdict = "a shared, busy machine" if busy else "a quiet machine"
+    versions = ", ".join(f"{k} {v}" for k, v in conditions["versions"].items())
+    flags = " ".join(conditions["cpu_flags"]) or "none of " + " ".join(VECTOR_FLAGS)
+    after = load["after"]
+    return (
+        f"Run {conditions['started_utc']} UTC on {conditions['cpu_model']} ({cores} cores; "
+        f"vector flags: {flags}), Python {conditions['python']}; {versions}. "
+        f"1-minute load average: {load['before']:.2f} before, median {load['during_median']:.2f}"
+        f" (max {load['during_max']:.2f}) during, "
+        f"{after if after is None else format(after, '.2f')} after: {verdict}. "
+        f"Wall time {conditions['wall_s'] or 0:.0f} s."
+    )
