@@ -166,7 +166,7 @@ class Config:
         optim = _normalise_aliases("optim", dict(tree.get("optim") or {}))
         _check_sibling_keys("model", model)
         _check_sibling_keys("optim", optim)
-        built = {s: _build_section(s, cls_, tree.get(s) or {}) for s, cls_ in SECTIONS.items()}
+        built = {s: build_section(s, cls_, tree.get(s) or {}) for s, cls_ in SECTIONS.items()}
         config = cls(model=model, optim=optim, name=name, **built)
         _check_values(config)
         return config
@@ -192,10 +192,18 @@ def load_config(name_or_path: str = "tiny", overrides: Iterable[str] = ()) -> Co
     the nearest valid one), a malformed override or a value of the wrong type.
     """
     tree, name = _read(name_or_path)
+    return Config.from_dict(apply_overrides(tree, overrides), name=name)
+
+
+def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Sets each `section.key=value` override in a config tree, in order; returns the tree.
+
+    For packages that extend the trainer's config with sections of their own (jaxstack-rl).
+    """
     for item in overrides:
         key, value = parse_override(item)
         _set_dotted(tree, key, value)
-    return Config.from_dict(tree, name=name)
+    return tree
 
 
 def parse_override(item: str) -> tuple[str, Any]:
@@ -279,7 +287,11 @@ def _unknown_message(key: str, valid: Iterable[str]) -> str:
     return f"unknown config key {key!r}.{hint} Valid keys here: {', '.join(sorted(valid))}"
 
 
-def _build_section(section: str, cls: type, values: Mapping[str, Any]) -> Any:
+def build_section(section: str, cls: type, values: Mapping[str, Any]) -> Any:
+    """`cls(**values)` for a dataclass section, with the trainer's key and type checks.
+
+    An unknown key names the nearest valid one; a value of the wrong type names the key.
+    """
     if not isinstance(values, Mapping):
         raise ConfigError(f"config section {section!r} must be a mapping, got {values!r}")
     fields = {f.name: f for f in dataclasses.fields(cls)}
