@@ -65,11 +65,13 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def layers(session: nox.Session) -> None:
-    """The layering contract of DESIGN.md, checked by import-linter over the sources, and the
-    tests showing that a forbidden import breaks it."""
-    session.install("import-linter>=2.1", "pytest>=8")
+    """The import contracts (layers, no JAX in datalib, no sibling's private modules), checked by
+    import-linter over the sources and by tools/private_imports.py over tests and benchmarks, and
+    the tests showing that a forbidden import breaks them."""
+    session.install("import-linter>=2.17", "pytest>=8")
     sources = ":".join(str(p.path / "src") for p in all_packages())
     session.run("lint-imports", "--no-cache", env={"PYTHONPATH": sources})
+    session.run("python", "tools/private_imports.py")
     session.run("pytest", "tools/tests", "-q")
 
 

@@ -29,11 +29,16 @@ import jax
 import jax.numpy as jnp
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src import device
 from jaxstack.kernlib.ops.ragged_paged_attention import base as rpa_base
 
 HERE = Path(__file__).resolve().parent
 PALLAS = {"gpu": "pallas_triton", "tpu": "pallas_mosaic_tpu"}
+
+
+def platform() -> str:
+    """'cpu', 'gpu' or 'tpu' for JAX's default backend (CUDA and ROCm are both 'gpu')."""
+    name = jax.devices()[0].platform
+    return "gpu" if name in ("gpu", "cuda", "rocm") else name
 
 
 def median_ms(fn, args, repeats: int, warmup: int = 2) -> float:
@@ -211,7 +216,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=480.0)
     parser.add_argument("--out", default=str(HERE))
     args = parser.parse_args(argv)
-    plat = device.platform()
+    plat = platform()
     tiny = args.tiny
     seqs = [int(s) for s in (args.seqs or ("128,256" if tiny else "2048,8192,16384")).split(",")]
     batches = [int(s) for s in (args.decode_batches or ("4,8" if tiny else "64,256")).split(",")]
@@ -221,7 +226,7 @@ def main(argv=None) -> int:
     dec_heads, dec_kv, dec_dim = (4, 2, 64) if tiny else (32, 8, 128)
     deadline = time.perf_counter() + args.budget_s
     meta = {
-        "device_kind": device.device_kind(),
+        "device_kind": jax.devices()[0].device_kind,
         "platform": plat,
         "jax": jax.__version__,
         "python": py_platform.python_version(),

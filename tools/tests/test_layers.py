@@ -1,4 +1,4 @@
-"""The layering contract really bites: a forbidden import in a copy of the sources breaks it."""
+"""The import contracts really bite: a forbidden import in a copy of the sources breaks them."""
 
 import shutil
 import subprocess
@@ -59,6 +59,8 @@ def test_main_sources_keep_the_contract(tmp_path):
         ("quantlib", "import jaxstack.trainer", "Layers"),
         ("trainer", "import jaxstack.serving", "Layers"),
         ("datalib", "import jax", "datalib does not import JAX"),
+        ("trainer", "from jaxstack.nnlib._src import paths", "private modules"),
+        ("rl", "import jaxstack.serving._src", "private modules"),
     ],
 )
 def test_forbidden_import_breaks_the_contract(tmp_path, package, line, contract):
