@@ -4,7 +4,7 @@ import pytest
 from ckptlib_testutil import make_state
 
 from jaxstack.ckptlib import CheckpointManager, load_safetensors
-from jaxstack.ckptlib._cli import main
+from jaxstack.ckptlib._src.cli import main
 
 
 @pytest.fixture

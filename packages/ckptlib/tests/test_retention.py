@@ -1,7 +1,7 @@
 import pytest
 
 from jaxstack.ckptlib import CheckpointManager
-from jaxstack.ckptlib._retention import RetentionPolicy, steps_to_keep
+from jaxstack.ckptlib._src.retention import RetentionPolicy, steps_to_keep
 
 
 def test_last_n_every_k_and_best_n_are_a_union():

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from jaxstack.ckptlib._tree import describe, flatten, nest, rebuild
+from jaxstack.ckptlib._src.tree import describe, flatten, nest, rebuild
 
 
 class Pair(NamedTuple):

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from jaxstack.datalib._cli import main
+from jaxstack.datalib._src.cli import main
 
 
 def run(capsys, *argv):

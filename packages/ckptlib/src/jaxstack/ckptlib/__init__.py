@@ -8,13 +8,13 @@ with CheckpointManager("/tmp/run/ckpt", max_to_keep=3) as mgr:
     restored = mgr.restore(target=abstract_state)   # newest good step, target's shardings
 """
 
-from jaxstack.ckptlib._catalog import (
+from jaxstack.ckptlib._src.catalog import (
     CheckpointInfo,
     list_checkpoints,
     read_manifest,
     verify_checkpoints,
 )
-from jaxstack.ckptlib._errors import (
+from jaxstack.ckptlib._src.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     CheckpointSaveError,
@@ -22,11 +22,11 @@ from jaxstack.ckptlib._errors import (
     Error,
     TargetMismatchError,
 )
-from jaxstack.ckptlib._interop import export_params, restore_orbax
-from jaxstack.ckptlib._manager import CheckpointFallbackWarning, CheckpointManager, Restored
-from jaxstack.ckptlib._manifest import VerificationResult
-from jaxstack.ckptlib._preemption import PreemptionHandler, resume
-from jaxstack.ckptlib._safetensors import load_safetensors, save_safetensors
+from jaxstack.ckptlib._src.interop import export_params, restore_orbax
+from jaxstack.ckptlib._src.manager import CheckpointFallbackWarning, CheckpointManager, Restored
+from jaxstack.ckptlib._src.manifest import VerificationResult
+from jaxstack.ckptlib._src.preemption import PreemptionHandler, resume
+from jaxstack.ckptlib._src.safetensors import load_safetensors, save_safetensors
 
 __all__ = [
     "CheckpointExistsError",

@@ -17,7 +17,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from jaxstack.ckptlib._errors import Error
+from jaxstack.ckptlib._src.errors import Error
 
 Path = tuple[str, ...]
 

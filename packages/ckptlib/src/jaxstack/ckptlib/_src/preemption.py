@@ -20,7 +20,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
-from jaxstack.ckptlib._errors import CheckpointNotFoundError, Error
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 
 
 class PreemptionHandler:

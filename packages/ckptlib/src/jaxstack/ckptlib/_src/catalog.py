@@ -7,9 +7,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jaxstack.ckptlib import _layout, _manifest
-from jaxstack.ckptlib._errors import CheckpointNotFoundError
-from jaxstack.ckptlib._manifest import VerificationResult
+from jaxstack.ckptlib._src import layout, manifest
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError
+from jaxstack.ckptlib._src.manifest import VerificationResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,23 +48,23 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointInfo]:
     """Every committed step directory in `directory`, ascending, with a quick check each."""
     root = _require_dir(directory)
     infos = []
-    for step in _layout.committed_steps(root):
-        path = _layout.step_dir(root, step)
-        check = _manifest.quick_check(path)
+    for step in layout.committed_steps(root):
+        path = layout.step_dir(root, step)
+        check = manifest.quick_check(path)
         try:
-            manifest = _manifest.load(path)
+            record = manifest.load(path)
         except (OSError, ValueError):
-            manifest = {}
+            record = {}
         infos.append(
             CheckpointInfo(
                 step=step,
                 path=path,
                 ok=check.ok,
                 problems=check.problems,
-                size_bytes=sum(f["size"] for f in manifest.get("files", {}).values()),
-                metrics=manifest.get("metrics", {}),
-                created_unix=manifest.get("created_unix"),
-                num_leaves=len(manifest.get("leaves", [])),
+                size_bytes=sum(f["size"] for f in record.get("files", {}).values()),
+                metrics=record.get("metrics", {}),
+                created_unix=record.get("created_unix"),
+                num_leaves=len(record.get("leaves", [])),
             )
         )
     return infos
@@ -73,17 +73,17 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointInfo]:
 def read_manifest(directory: str | os.PathLike[str], step: int | None = None) -> dict[str, Any]:
     """The manifest of `step` (default: the newest step whose manifest reads)."""
     root = _require_dir(directory)
-    steps = _layout.committed_steps(root)
+    steps = layout.committed_steps(root)
     if step is None:
         for s in reversed(steps):
             try:
-                return _manifest.load(_layout.step_dir(root, s))
+                return manifest.load(layout.step_dir(root, s))
             except (OSError, ValueError):
                 continue
         raise CheckpointNotFoundError(f"no checkpoint with a readable manifest in {root}")
     if step not in steps:
         raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")
-    return _manifest.load(_layout.step_dir(root, step))
+    return manifest.load(layout.step_dir(root, step))
 
 
 def verify_checkpoints(
@@ -91,9 +91,9 @@ def verify_checkpoints(
 ) -> list[VerificationResult]:
     """Recompute content hashes of `step`, or of every committed step when None."""
     root = _require_dir(directory)
-    steps = _layout.committed_steps(root)
+    steps = layout.committed_steps(root)
     if step is not None:
         if step not in steps:
             raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")
         steps = [step]
-    return [_manifest.verify(_layout.step_dir(root, s)) for s in steps]
+    return [manifest.verify(layout.step_dir(root, s)) for s in steps]

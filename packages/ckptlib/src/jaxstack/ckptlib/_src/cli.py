@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from jaxstack.ckptlib._catalog import list_checkpoints, read_manifest, verify_checkpoints
-from jaxstack.ckptlib._errors import Error
+from jaxstack.ckptlib._src.catalog import list_checkpoints, read_manifest, verify_checkpoints
+from jaxstack.ckptlib._src.errors import Error
 
 
 def _size(n: float) -> str:
@@ -84,7 +84,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from jaxstack.ckptlib._interop import export_params
+    from jaxstack.ckptlib._src.interop import export_params
 
     subtree = None if args.all else args.subtree
     out = export_params(args.directory, args.out, step=args.step, subtree=subtree)

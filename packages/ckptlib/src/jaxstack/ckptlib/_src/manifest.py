@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from jaxstack.ckptlib import _layout
+from jaxstack.ckptlib._src import layout
 
 FORMAT = "jaxstack-ckptlib/1"
 _CHUNK = 8 << 20
@@ -55,7 +55,7 @@ def _files(root: Path) -> list[str]:
     for dirpath, _, filenames in os.walk(root):
         for name in filenames:
             rel = os.path.relpath(os.path.join(dirpath, name), root)
-            if rel != _layout.MANIFEST_FILE:
+            if rel != layout.MANIFEST_FILE:
                 out.append(rel.replace(os.sep, "/"))
     return sorted(out)
 
@@ -77,9 +77,9 @@ def build(root: Path, header: dict[str, Any]) -> dict[str, Any]:
 
 
 def load(root: Path) -> dict[str, Any]:
-    manifest = _layout.read_json(root / _layout.MANIFEST_FILE)
+    manifest = layout.read_json(root / layout.MANIFEST_FILE)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{root / _layout.MANIFEST_FILE} is not a {FORMAT} manifest")
+        raise ValueError(f"{root / layout.MANIFEST_FILE} is not a {FORMAT} manifest")
     return manifest
 
 
@@ -87,7 +87,7 @@ def _read_manifest(root: Path) -> tuple[dict[str, Any] | None, str | None]:
     try:
         return load(root), None
     except FileNotFoundError:
-        return None, f"{root.name}: no {_layout.MANIFEST_FILE} (an incomplete checkpoint)"
+        return None, f"{root.name}: no {layout.MANIFEST_FILE} (an incomplete checkpoint)"
     except (ValueError, json.JSONDecodeError, OSError) as e:
         return None, f"{root.name}: unreadable manifest ({e})"
 

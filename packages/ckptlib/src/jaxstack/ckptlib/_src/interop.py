@@ -16,10 +16,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib import _multihost, _restore, _tree
-from jaxstack.ckptlib._errors import CheckpointNotFoundError, Error
-from jaxstack.ckptlib._manager import CheckpointManager
-from jaxstack.ckptlib._safetensors import NameMap, save_safetensors
+from jaxstack.ckptlib._src import multihost, restore, tree
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
+from jaxstack.ckptlib._src.manager import CheckpointManager
+from jaxstack.ckptlib._src.safetensors import NameMap, save_safetensors
 
 
 def restore_orbax(
@@ -37,20 +37,20 @@ def restore_orbax(
     root = Path(os.fspath(path))
     if not root.is_dir():
         raise CheckpointNotFoundError(f"Orbax checkpoint directory {root} does not exist")
-    saved_tree, saved = _restore.saved_leaves_from_orbax(root)
+    saved_tree, saved = restore.saved_leaves_from_orbax(root)
     prefix = tuple(subtree.strip("/").split("/")) if subtree else ()
-    flat, treedef = _restore.restore_leaves(
+    flat, treedef = restore.restore_leaves(
         root, saved_tree, saved, target=target, has_target=target is not None, prefix=prefix
     )
     if target is not None:
-        t_paths, _, _ = _tree.flatten(target)
+        t_paths, _, _ = tree.flatten(target)
         return jax.tree_util.tree_unflatten(treedef, [flat[p] for p in t_paths])
 
     sub = saved_tree
     for part in prefix:
         sub = sub[int(part)] if isinstance(sub, list) else sub[part]
     return jax.tree_util.tree_map_with_path(
-        lambda keys, _: flat[tuple(_tree.key_name(k) for k in keys)], sub
+        lambda keys, _: flat[tuple(tree.key_name(k) for k in keys)], sub
     )
 
 
@@ -98,5 +98,5 @@ def export_params(
             checkpointer.save(out.absolute(), args=ocp.args.PyTreeSave(params))
         finally:
             checkpointer.close()
-        _multihost.barrier(f"jaxstack_ckptlib.export.{out}.{restored.step}")
+        multihost.barrier(f"jaxstack_ckptlib.export.{out}.{restored.step}")
     return out

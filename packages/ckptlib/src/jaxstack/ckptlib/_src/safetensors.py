@@ -18,8 +18,8 @@ import jax
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from jaxstack.ckptlib import _multihost, _tree
-from jaxstack.ckptlib._errors import CheckpointNotFoundError, Error
+from jaxstack.ckptlib._src import multihost, tree
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 
 NameMap = Callable[[str], str | None] | Mapping[str, str] | None
 
@@ -60,7 +60,7 @@ def save_safetensors(
     for keys, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
         if keys and keys[-1] == jax.tree_util.GetAttrKey("value"):
             keys = keys[:-1]  # an nnx.Variable's payload: name it after the variable
-        name = mapper("/".join(_tree.key_name(k) for k in keys))
+        name = mapper("/".join(tree.key_name(k) for k in keys))
         if name is None:
             continue
         if name in tensors:
@@ -69,7 +69,7 @@ def save_safetensors(
     if not tensors:
         raise Error("nothing to write: params has no leaves (or name_map dropped them all)")
     out = Path(os.fspath(path))
-    if _multihost.is_primary():
+    if multihost.is_primary():
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(f".{out.name}.tmp")
         save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
@@ -102,4 +102,4 @@ def load_safetensors(
         out[mapped] = array
     if flat:
         return out
-    return _tree.nest([tuple(n.split("/")) for n in out], list(out.values()))
+    return tree.nest([tuple(n.split("/")) for n in out], list(out.values()))

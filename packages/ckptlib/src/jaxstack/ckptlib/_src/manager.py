@@ -36,16 +36,16 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib import _layout, _manifest, _multihost, _restore, _retention, _tree
-from jaxstack.ckptlib._errors import (
+from jaxstack.ckptlib._src import layout, manifest, multihost, restore, retention, tree
+from jaxstack.ckptlib._src.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
     CheckpointSaveError,
     CorruptCheckpointError,
     Error,
 )
-from jaxstack.ckptlib._manifest import VerificationResult
-from jaxstack.ckptlib._versions import package_versions
+from jaxstack.ckptlib._src.manifest import VerificationResult
+from jaxstack.ckptlib._src.versions import package_versions
 
 
 class CheckpointFallbackWarning(UserWarning):
@@ -90,8 +90,8 @@ def _json_snapshot(value: Any, name: str) -> Any:
         ) from e
 
 
-def _snapshot_leaf(path: _tree.Path, leaf: Any) -> Any:
-    leaf = _tree.storage_form(leaf)
+def _snapshot_leaf(path: tree.Path, leaf: Any) -> Any:
+    leaf = tree.storage_form(leaf)
     if isinstance(leaf, jax.Array):
         return leaf  # immutable; Orbax copies it to host before save() returns
     if isinstance(leaf, np.ndarray | np.generic):
@@ -99,7 +99,7 @@ def _snapshot_leaf(path: _tree.Path, leaf: Any) -> Any:
     if isinstance(leaf, bool | int | float):
         return np.asarray(leaf)
     raise Error(
-        f"leaf {_tree.path_str(path)!r} has type {type(leaf).__name__}; a checkpointed state may "
+        f"leaf {tree.path_str(path)!r} has type {type(leaf).__name__}; a checkpointed state may "
         "hold jax/numpy arrays and Python scalars only (no pickled objects)"
     )
 
@@ -158,7 +158,7 @@ class CheckpointManager:
         read_only: bool = False,
     ) -> None:
         self._directory = Path(os.fspath(directory)).absolute()
-        self._policy = _retention.RetentionPolicy(
+        self._policy = retention.RetentionPolicy(
             max_to_keep, keep_every_n_steps, best_n, best_metric, best_mode
         )
         self._async = async_save
@@ -181,15 +181,15 @@ class CheckpointManager:
                     f"checkpoint directory {self._directory} does not exist; check the path or "
                     "pass create=True"
                 )
-            if _multihost.is_primary():
+            if multihost.is_primary():
                 self._directory.mkdir(parents=True, exist_ok=True)
         self.removed_tmp_dirs: list[Path] = []
-        if _multihost.is_primary() and not read_only:
-            for leftover in _layout.leftover_tmp_dirs(self._directory):
-                _layout.remove_tree(leftover)
+        if multihost.is_primary() and not read_only:
+            for leftover in layout.leftover_tmp_dirs(self._directory):
+                layout.remove_tree(leftover)
                 self.removed_tmp_dirs.append(leftover)
         if not read_only:
-            _multihost.barrier(f"{self._barrier_prefix}.init")
+            multihost.barrier(f"{self._barrier_prefix}.init")
         handler = ocp.PyTreeCheckpointHandler()
         self._checkpointer = (
             ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
@@ -236,7 +236,7 @@ class CheckpointManager:
         if not isinstance(step, int | np.integer) or isinstance(step, bool) or step < 0:
             raise Error(f"step={step!r}: use a non-negative int")
         step = int(step)
-        if _layout.step_dir(self._directory, step).exists():
+        if layout.step_dir(self._directory, step).exists():
             raise CheckpointExistsError(
                 f"a checkpoint of step {step} already exists in {self._directory}; save a new "
                 "step or delete that one first"
@@ -244,7 +244,7 @@ class CheckpointManager:
         data_state = _json_snapshot(data_state, "data_state")
         metadata = _json_snapshot(metadata, "metadata")
         metrics = self._check_metrics(metrics)
-        paths, leaves, treedef = _tree.flatten(state)
+        paths, leaves, treedef = tree.flatten(state)
         if not leaves:
             raise Error("state has no array leaves; there is nothing to checkpoint")
         header = {
@@ -253,7 +253,7 @@ class CheckpointManager:
             "process_count": jax.process_count(),
             "versions": package_versions(),
             "metrics": metrics,
-            "tree": _tree.describe(state),
+            "tree": tree.describe(state),
             "leaves": [
                 {
                     "path": list(p),
@@ -261,10 +261,10 @@ class CheckpointManager:
                     "dtype": np.dtype(
                         stored.dtype if hasattr(stored, "dtype") else np.asarray(stored).dtype
                     ).name,
-                    "kind": _tree.leaf_kind(leaf),
+                    "kind": tree.leaf_kind(leaf),
                 }
                 for p, leaf in zip(paths, leaves, strict=True)
-                for stored in [_tree.storage_form(leaf)]
+                for stored in [tree.storage_form(leaf)]
             ],
             "has_data_state": data_state is not None,
             "has_metadata": metadata is not None,
@@ -276,21 +276,21 @@ class CheckpointManager:
 
         self._save_count += 1
         key = f"{self._barrier_prefix}.{step}.{self._save_count}"
-        tmp = _layout.tmp_dir(self._directory, step)
-        if _multihost.is_primary():
-            _layout.remove_tree(tmp)
+        tmp = layout.tmp_dir(self._directory, step)
+        if multihost.is_primary():
+            layout.remove_tree(tmp)
             tmp.mkdir()
             if data_state is not None:
-                _layout.write_json(tmp / _layout.data_state_file(0), data_state)
+                layout.write_json(tmp / layout.data_state_file(0), data_state)
             if metadata is not None:
-                _layout.write_json(tmp / _layout.METADATA_FILE, metadata)
-        _multihost.barrier(f"{key}.tmp")
+                layout.write_json(tmp / layout.METADATA_FILE, metadata)
+        multihost.barrier(f"{key}.tmp")
         if jax.process_index() > 0 and data_state is not None:
             # Each process has its own data iterator (its own shard of the data).
-            _layout.write_json(tmp / _layout.data_state_file(jax.process_index()), data_state)
+            layout.write_json(tmp / layout.data_state_file(jax.process_index()), data_state)
         pending = _PendingSave(step)
         try:
-            self._checkpointer.save(tmp / _layout.STATE_DIR, args=ocp.args.PyTreeSave(orbax_tree))
+            self._checkpointer.save(tmp / layout.STATE_DIR, args=ocp.args.PyTreeSave(orbax_tree))
         except BaseException as e:
             self._discard(tmp)
             raise CheckpointSaveError(f"saving step {step} failed before it started: {e}") from e
@@ -330,25 +330,25 @@ class CheckpointManager:
         try:
             if self._async:
                 self._checkpointer.wait_until_finished()
-            _multihost.barrier(f"{key}.written")
-            if _multihost.is_primary():
-                _layout.fsync_tree(tmp)
-                manifest = _manifest.build(tmp, header)
-                _layout.write_json(tmp / _layout.MANIFEST_FILE, manifest)
+            multihost.barrier(f"{key}.written")
+            if multihost.is_primary():
+                layout.fsync_tree(tmp)
+                record = manifest.build(tmp, header)
+                layout.write_json(tmp / layout.MANIFEST_FILE, record)
                 if self._before_commit_hook is not None:
                     self._before_commit_hook(pending.step)
-                os.rename(tmp, _layout.step_dir(self._directory, pending.step))
-                _layout.fsync_dir(self._directory)
+                os.rename(tmp, layout.step_dir(self._directory, pending.step))
+                layout.fsync_dir(self._directory)
                 self._apply_retention()
-            _multihost.barrier(f"{key}.committed")
+            multihost.barrier(f"{key}.committed")
         except BaseException as e:  # reported by wait(); the step stays uncommitted
             pending.error = e
             self._discard(tmp)
 
     def _discard(self, tmp: Path) -> None:
-        if _multihost.is_primary():
+        if multihost.is_primary():
             with contextlib.suppress(OSError):  # the next start removes it
-                _layout.remove_tree(tmp)
+                layout.remove_tree(tmp)
 
     def wait(self) -> None:
         """Block until the pending save is committed; raise CheckpointSaveError if it failed."""
@@ -379,20 +379,20 @@ class CheckpointManager:
         good = self._good_steps()
         if not self._policy.deletes_anything:
             return
-        metrics = {s: _manifest.load(_layout.step_dir(self._directory, s))["metrics"] for s in good}
-        keep = _retention.steps_to_keep(good, metrics, self._policy)
+        metrics = {s: manifest.load(layout.step_dir(self._directory, s))["metrics"] for s in good}
+        keep = retention.steps_to_keep(good, metrics, self._policy)
         for s in good:
             if s not in keep:
-                _layout.remove_tree(_layout.step_dir(self._directory, s))
+                layout.remove_tree(layout.step_dir(self._directory, s))
 
     # ---------------------------------------------------------------------------------- query
 
     def _good_steps(self) -> list[int]:
         good = []
-        for s in _layout.committed_steps(self._directory):
+        for s in layout.committed_steps(self._directory):
             if s in self._bad:
                 continue
-            if _manifest.quick_check(_layout.step_dir(self._directory, s)).ok:
+            if manifest.quick_check(layout.step_dir(self._directory, s)).ok:
                 good.append(s)
         return good
 
@@ -412,12 +412,12 @@ class CheckpointManager:
         """Recompute the content hashes of `step` (default: the newest committed directory)."""
         self._join_quietly()
         if step is None:
-            steps = _layout.committed_steps(self._directory)
+            steps = layout.committed_steps(self._directory)
             if not steps:
                 raise CheckpointNotFoundError(f"no checkpoints in {self._directory}")
             step = steps[-1]
         path = self._existing_step_dir(step)
-        result = _manifest.verify(path)
+        result = manifest.verify(path)
         if result.ok:
             self._bad.pop(step, None)
         else:
@@ -425,7 +425,7 @@ class CheckpointManager:
         return result
 
     def _existing_step_dir(self, step: int) -> Path:
-        path = _layout.step_dir(self._directory, step)
+        path = layout.step_dir(self._directory, step)
         if not path.is_dir():
             raise CheckpointNotFoundError(
                 f"no checkpoint of step {step} in {self._directory}; good steps there: "
@@ -464,7 +464,7 @@ class CheckpointManager:
         self._check_open()
         self._join_quietly()
         verify = self._verify_on_restore if verify is None else verify
-        check = _manifest.verify if verify else _manifest.quick_check
+        check = manifest.verify if verify else manifest.quick_check
         if step is not None:
             path = self._existing_step_dir(int(step))
             result = check(path)
@@ -475,13 +475,13 @@ class CheckpointManager:
                     "another step (step=None picks the newest good one)."
                 )
             return self._load(int(step), target, subtree)
-        steps = _layout.committed_steps(self._directory)
+        steps = layout.committed_steps(self._directory)
         skipped: list[VerificationResult] = []
         for s in reversed(steps):
             if s in self._bad:
                 skipped.append(self._bad[s])
                 continue
-            result = check(_layout.step_dir(self._directory, s))
+            result = check(layout.step_dir(self._directory, s))
             if result.ok:
                 if skipped:
                     warnings.warn(
@@ -497,23 +497,23 @@ class CheckpointManager:
         raise CheckpointNotFoundError(f"no good checkpoint in {self._directory}{detail}")
 
     def _load(self, step: int, target: Any, subtree: str | None) -> Restored:
-        path = _layout.step_dir(self._directory, step)
-        manifest = _manifest.load(path)
+        path = layout.step_dir(self._directory, step)
+        record = manifest.load(path)
         saved = {
-            tuple(leaf["path"]): _restore.SavedLeaf(
+            tuple(leaf["path"]): restore.SavedLeaf(
                 tuple(leaf["shape"]), leaf["dtype"], leaf["kind"]
             )
-            for leaf in manifest["leaves"]
+            for leaf in record["leaves"]
         }
-        saved_tree, on_disk = _restore.saved_leaves_from_orbax(path / _layout.STATE_DIR)
+        saved_tree, on_disk = restore.saved_leaves_from_orbax(path / layout.STATE_DIR)
         if set(on_disk) != set(saved):
             raise CorruptCheckpointError(
                 f"{path}: the Orbax metadata and the manifest list different leaves"
             )
         prefix = tuple(subtree.strip("/").split("/")) if subtree else ()
         has_target = target is not None
-        flat, treedef = _restore.restore_leaves(
-            path / _layout.STATE_DIR,
+        flat, treedef = restore.restore_leaves(
+            path / layout.STATE_DIR,
             saved_tree,
             saved,
             target=target,
@@ -521,20 +521,20 @@ class CheckpointManager:
             prefix=prefix,
         )
         if has_target:
-            t_paths, _, _ = _tree.flatten(target)
+            t_paths, _, _ = tree.flatten(target)
             state = jax.tree_util.tree_unflatten(treedef, [flat[p] for p in t_paths])
         else:
-            state = _tree.rebuild(_tree.subdescription(manifest["tree"], prefix), flat)
+            state = tree.rebuild(tree.subdescription(record["tree"], prefix), flat)
         return Restored(
             step=step,
             state=state,
-            data_state=self._read_optional(path / _layout.data_state_file(jax.process_index())),
-            metadata=self._read_optional(path / _layout.METADATA_FILE),
+            data_state=self._read_optional(path / layout.data_state_file(jax.process_index())),
+            metadata=self._read_optional(path / layout.METADATA_FILE),
         )
 
     @staticmethod
     def _read_optional(path: Path) -> Any:
-        return _layout.read_json(path) if path.exists() else None
+        return layout.read_json(path) if path.exists() else None
 
     # ------------------------------------------------------------------------------ lifecycle
 

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib import _tree
-from jaxstack.ckptlib._errors import CheckpointNotFoundError, TargetMismatchError
-from jaxstack.ckptlib._tree import Path as TreePath
+from jaxstack.ckptlib._src import tree
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, TargetMismatchError
+from jaxstack.ckptlib._src.tree import Path as TreePath
 
 _MAX_REPORTED = 5
 
@@ -43,17 +43,17 @@ def saved_leaves_from_orbax(path: Path) -> tuple[Any, dict[TreePath, SavedLeaf]]
             "directory, e.g. <orbax_dir>/<step>/default"
         )
     meta = ocp.PyTreeCheckpointer().metadata(path)
-    tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta.tree
+    saved_tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta.tree
     leaves: dict[TreePath, SavedLeaf] = {}
-    for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        p = tuple(_tree.key_name(k) for k in keys)
+    for keys, leaf in jax.tree_util.tree_flatten_with_path(saved_tree)[0]:
+        p = tuple(tree.key_name(k) for k in keys)
         dtype = np.dtype(leaf.dtype)
         if type(leaf).__name__ == "ScalarMetadata":
             kind = {"i": "int", "u": "int", "f": "float", "b": "bool"}.get(dtype.kind, "numpy")
         else:
             kind = "jax"
         leaves[p] = SavedLeaf(tuple(leaf.shape), dtype.name, kind)
-    return tree, leaves
+    return saved_tree, leaves
 
 
 def check_target(
@@ -64,17 +64,17 @@ def check_target(
     target_set = set(target_paths)
     for p, leaf in zip(target_paths, target_leaves, strict=True):
         if p not in saved:
-            problems.append(f"{_tree.path_str(p)}: in the target, not in the checkpoint")
+            problems.append(f"{tree.path_str(p)}: in the target, not in the checkpoint")
             continue
         shape = tuple(np.shape(leaf)) if not hasattr(leaf, "shape") else tuple(leaf.shape)
-        if _tree.is_prng_key(leaf):  # stored as key data: one or more trailing dimensions
+        if tree.is_prng_key(leaf):  # stored as key data: one or more trailing dimensions
             shape += saved[p].shape[len(shape) :]
         if shape != saved[p].shape:
             problems.append(
-                f"{_tree.path_str(p)}: checkpoint shape {saved[p].shape}, target shape {shape}"
+                f"{tree.path_str(p)}: checkpoint shape {saved[p].shape}, target shape {shape}"
             )
     problems += [
-        f"{_tree.path_str(p)}: in the checkpoint, not in the target"
+        f"{tree.path_str(p)}: in the checkpoint, not in the target"
         for p in saved
         if p not in target_set
     ]
@@ -95,7 +95,7 @@ def _local_device_sharding() -> jax.sharding.Sharding:
 
 def _restore_args_for_target(leaf: Any, saved: SavedLeaf) -> tuple[ocp.RestoreArgs, str]:
     """(Orbax restore args, kind to return) for one target leaf."""
-    if _tree.is_prng_key(leaf):
+    if tree.is_prng_key(leaf):
         sharding = getattr(leaf, "sharding", None) or _local_device_sharding()
         args = ocp.ArrayRestoreArgs(sharding=sharding, global_shape=saved.shape, dtype=np.uint32)
         kind = saved.kind if saved.kind.startswith("prng_key:") else f"prng_key:{_key_impl(leaf)}"
@@ -106,7 +106,7 @@ def _restore_args_for_target(leaf: Any, saved: SavedLeaf) -> tuple[ocp.RestoreAr
         return args, "jax"
     if isinstance(leaf, np.ndarray | np.generic):
         return ocp.RestoreArgs(restore_type=np.ndarray, dtype=leaf.dtype), "numpy"
-    kind = _tree.leaf_kind(leaf)
+    kind = tree.leaf_kind(leaf)
     if kind in ("int", "float", "bool"):
         return ocp.RestoreArgs(restore_type=np.ndarray), kind
     raise TargetMismatchError(
@@ -160,12 +160,12 @@ def restore_leaves(
     wanted = {p[len(prefix) :]: leaf for p, leaf in saved.items() if p[: len(prefix)] == prefix}
     if not wanted:
         raise TargetMismatchError(
-            f"the checkpoint has no leaves under {_tree.path_str(prefix)!r}; "
+            f"the checkpoint has no leaves under {tree.path_str(prefix)!r}; "
             f"top-level keys are {sorted({p[0] for p in saved})}"
         )
     treedef = None
     if has_target:
-        t_paths, t_leaves, treedef = _tree.flatten(target)
+        t_paths, t_leaves, treedef = tree.flatten(target)
         check_target(wanted, t_paths, t_leaves)
         chosen = {
             p: (*_restore_args_for_target(leaf, wanted[p]), leaf)
@@ -175,7 +175,7 @@ def restore_leaves(
         chosen = {p: (*_restore_args_for_saved(s), None) for p, s in wanted.items()}
 
     def args_for(keys: Any, _: Any) -> Any:
-        p = tuple(_tree.key_name(k) for k in keys)
+        p = tuple(tree.key_name(k) for k in keys)
         if p[: len(prefix)] != prefix:
             return None
         return chosen[p[len(prefix) :]][0]
@@ -197,17 +197,17 @@ def restore_leaves(
         checkpointer.close()
     flat = {}
     for keys, value in jax.tree_util.tree_flatten_with_path(restored)[0]:
-        p = tuple(_tree.key_name(k) for k in keys)[len(prefix) :]
+        p = tuple(tree.key_name(k) for k in keys)[len(prefix) :]
         _, kind, target_leaf = chosen[p]
         flat[p] = _convert(value, kind, target_leaf)
     return flat, treedef
 
 
-def _prune(tree: Any, prefix: TreePath) -> Any:
-    """Only the branch of `tree` along `prefix` (dicts and lists), for a partial restore."""
+def _prune(node: Any, prefix: TreePath) -> Any:
+    """Only the branch of `node` along `prefix` (dicts and lists), for a partial restore."""
     if not prefix:
-        return tree
+        return node
     head, rest = prefix[0], prefix[1:]
-    if isinstance(tree, Mapping):
-        return {head: _prune(tree[head], rest)}
-    raise TargetMismatchError(f"cannot select {head!r} inside a {type(tree).__name__}")
+    if isinstance(node, Mapping):
+        return {head: _prune(node[head], rest)}
+    raise TargetMismatchError(f"cannot select {head!r} inside a {type(node).__name__}")
