@@ -1,3 +1,4 @@
+import collections
 import json
 import subprocess
 import sys
@@ -138,3 +139,18 @@ def test_bfloat16_params_and_int_inputs(tmp_path):
     ids = np.array([[0, 1, 2], [9, 9, 9]], np.int32)
     got = artifact.call_numpy({"ids": ids})["output_0"].astype(np.float32)
     np.testing.assert_array_equal(got, [[0 + 2 + 4, 1 + 3 + 5], [54, 57]])
+
+
+def test_weight_names_follow_the_parameter_path_convention(tmp_path):
+    # A trailing `.value` attribute (how a Flax NNX Variable flattens) is dropped; a dict key
+    # named "value" is a real name and stays.
+    Variable = collections.namedtuple("Variable", ["value"])
+    params = {
+        "layers": [{"kernel": Variable(np.ones((2, 2), np.float32))}],
+        "value": np.zeros((2,), np.float32),
+    }
+    path = export(lambda p, x: x @ p["layers"][0]["kernel"].value + p["value"], params,
+                  {"x": np.zeros((1, 2), np.float32)}, name="conv", version=1,
+                  repository=tmp_path)  # fmt: skip
+    signature = json.loads((path / "signature.json").read_text())
+    assert sorted(w["name"] for w in signature["weights"]) == ["layers/0/kernel", "value"]

@@ -3,7 +3,7 @@ import threading
 import numpy as np
 import pytest
 
-from jaxstack.serving import DynamicBatcher, InvalidInputError, ServerBusyError
+from jaxstack.serving import ArtifactError, DynamicBatcher, InvalidInputError, ServerBusyError
 
 
 class Model:
@@ -130,6 +130,22 @@ def test_a_failing_batch_fails_its_requests_and_the_batcher_goes_on():
 
     batcher = DynamicBatcher(flaky, max_batch_size=4, max_queue_delay_s=0)
     with pytest.raises(RuntimeError, match="boom"):
+        batcher.submit({"x": rows(0, 1)}).result(10)
+    np.testing.assert_array_equal(batcher.submit({"x": rows(1, 1)}).result(10)["y"], rows(1, 1) + 1)
+    batcher.close()
+
+
+def test_an_output_without_the_batch_dimension_fails_its_requests_and_the_batcher_goes_on():
+    calls = []
+
+    def scalar_then_fine(inputs):
+        calls.append(inputs["x"].shape[0])
+        if len(calls) == 1:
+            return {"y": np.float32(1.0)}  # no leading batch dimension to slice
+        return {"y": inputs["x"] + 1}
+
+    batcher = DynamicBatcher(scalar_then_fine, max_batch_size=4, max_queue_delay_s=0)
+    with pytest.raises(ArtifactError, match=r"output .y. has shape"):
         batcher.submit({"x": rows(0, 1)}).result(10)
     np.testing.assert_array_equal(batcher.submit({"x": rows(1, 1)}).result(10)["y"], rows(1, 1) + 1)
     batcher.close()

@@ -1,7 +1,10 @@
 """KServe v2 REST over a real uvicorn server on a loopback port."""
 
+import importlib.metadata
+import json
 import re
 import threading
+from http.client import HTTPConnection
 
 import jax
 import numpy as np
@@ -125,6 +128,8 @@ BAD_REQUESTS = [
      400, "9 rows"),
     ({"inputs": [{"name": "x", "shape": [1, 12], "datatype": "FP32", "data": [0.0] * 12}],
       "outputs": [{"name": "nope"}]}, 400, "outputs ['nope']"),
+    ({"inputs": [{"name": "x", "shape": [1, 12], "datatype": "FP32", "data": [True] * 12}]},
+     400, "inputs[0].data holds bool values, which are not FP32 values"),
 ]  # fmt: skip
 
 
@@ -150,6 +155,51 @@ def test_unknown_model_or_version_is_404_and_the_server_keeps_serving(http, zoo)
                   code="404") >= 1  # fmt: skip
 
 
+def test_version_segments_are_ascii_digits_and_every_refusal_is_counted(http, zoo):
+    body = {"inputs": [zoo.tensor("x", np.zeros((1, 12), np.float32))]}
+    before = http.request("GET", "/metrics")[1]
+    # Superscript two and Arabic-Indic one are Unicode digits, not version numbers.
+    for segment in ("%C2%B2", "%D9%A1", "abc"):
+        status, doc, _ = http.request("POST", f"/v2/models/mlp/versions/{segment}/infer", body)
+        assert status == 404, (segment, doc)
+        assert "must be a positive integer" in doc["error"]
+        status, doc, _ = http.request("GET", f"/v2/models/mlp/versions/{segment}/ready")
+        assert status == 404 and "must be a positive integer" in doc["error"]
+    after = http.request("GET", "/metrics")[1]
+    labels = {"model": "mlp", "version": "_none", "code": "404"}
+    counted = metric(after, "jaxstack_serving_requests_total", **labels)
+    assert counted - metric(before, "jaxstack_serving_requests_total", **labels) == 3
+
+
+def test_unknown_routes_and_wrong_methods_answer_in_the_protocol_error_format(http):
+    status, doc, _ = http.request("GET", "/v2/nowhere")
+    assert status == 404 and doc == {"error": "no route GET /v2/nowhere"}
+    status, doc, headers = http.request("GET", "/v2/models/mlp/infer")
+    assert status == 405 and doc == {"error": "GET is not allowed on /v2/models/mlp/infer"}
+    assert headers["allow"] == "POST"
+
+
+def test_server_metadata_names_the_server_version(http):
+    status, doc, _ = http.request("GET", "/v2")
+    assert status == 200
+    assert doc["name"] == "jaxstack-serving"
+    assert doc["version"] == importlib.metadata.version("jaxstack-serving")
+
+
+def test_binary_tensor_requests_are_refused_by_name(http):
+    header = b'{"inputs": [{"name": "x", "shape": [1, 12], "datatype": "FP32", ' \
+             b'"parameters": {"binary_data_size": 48}}]}'  # fmt: skip
+    conn = HTTPConnection("127.0.0.1", http.port, timeout=30)
+    conn.request("POST", "/v2/models/mlp/infer", body=header + bytes(48), headers={
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(header)),
+    })  # fmt: skip
+    response = conn.getresponse()
+    doc = json.loads(response.read())
+    assert response.status == 400
+    assert "binary tensor data is not supported" in doc["error"]
+
+
 def test_oversized_body_is_413_and_busy_is_503_with_retry_after(repository, zoo):
     server = ModelServer(repository, config=zoo.fast_config(), poll_interval_s=0).start()
     small = zoo.ServerThread(server, max_request_bytes=300)
@@ -168,6 +218,39 @@ def test_oversized_body_is_413_and_busy_is_503_with_retry_after(repository, zoo)
         assert headers["retry-after"] == "1"
     finally:
         small.close()
+
+
+def test_the_body_limit_holds_for_chunked_bodies_without_content_length(repository, zoo):
+    server = ModelServer(repository, config=zoo.fast_config(), poll_interval_s=0).start()
+    small = zoo.ServerThread(server, max_request_bytes=300)
+    try:
+        body = json.dumps({"inputs": [zoo.tensor("x", np.zeros((8, 12), np.float32))]}).encode()
+        conn = HTTPConnection("127.0.0.1", small.port, timeout=30)
+        chunks = (body[i : i + 100] for i in range(0, len(body), 100))
+        conn.request("POST", "/v2/models/mlp/infer", body=chunks, encode_chunked=True,
+                     headers={"Content-Type": "application/json"})  # fmt: skip
+        response = conn.getresponse()
+        doc = json.loads(response.read())
+        assert response.status == 413 and "exceeds the limit of 300" in doc["error"]
+    finally:
+        small.close()
+
+
+def test_the_port_answers_while_models_load_and_ready_says_503_until_then(repository, zoo):
+    server = ModelServer(repository, config=zoo.fast_config(), poll_interval_s=0)
+    http = zoo.ServerThread(server)  # listening before a single model is loaded
+    try:
+        assert http.request("GET", "/v2/health/live")[:2] == (200, {"live": True})
+        assert http.request("GET", "/v2/health/ready")[:2] == (503, {"ready": False})
+        body = {"inputs": [zoo.tensor("x", np.zeros((1, 12), np.float32))]}
+        status, doc, headers = http.request("POST", "/v2/models/mlp/infer", body)
+        assert status == 503 and "still loading" in doc["error"]
+        assert headers["retry-after"] == "1"
+        server.start()
+        assert http.request("GET", "/v2/health/ready")[:2] == (200, {"ready": True})
+        assert http.request("POST", "/v2/models/mlp/infer", body)[0] == 200
+    finally:
+        http.close()
 
 
 def test_non_finite_outputs_are_sent_as_json_null(tmp_path, zoo):

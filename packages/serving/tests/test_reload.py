@@ -1,6 +1,7 @@
 """Model repository behaviour: hot reload under load, version policies, refusing bad artifacts."""
 
 import json
+import logging
 import os
 import shutil
 import signal
@@ -9,10 +10,12 @@ import subprocess
 import sys
 import threading
 import time
+from http.client import HTTPConnection
 from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 
 from jaxstack.serving import ModelServer
 
@@ -132,7 +135,30 @@ def test_version_policies_from_the_repository_config(zoo, tmp_path):
         server.close()
 
 
-def test_command_line_server_serves_and_stops_cleanly(zoo, tmp_path):
+def test_an_invalid_config_is_logged_once_per_change_without_a_traceback(zoo, tmp_path, caplog):
+    zoo.export_mlp(tmp_path, 1)
+    config = tmp_path / "serving.json"
+    config.write_text('{"defaults": {"max_batch_size": 2}}')
+    server = ModelServer(tmp_path, poll_interval_s=0).start()
+    try:
+        caplog.set_level(logging.INFO, logger="jaxstack.serving.models")
+        config.write_text('{"defaults": {"max_batch": 3}}')
+        for _ in range(3):
+            server.poll()
+        config.write_text('{"defaults": {"max_queue_size": 0}}')
+        for _ in range(3):
+            server.poll()
+        errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert [r.exc_info for r in errors] == [None, None]
+        assert "unknown keys ['max_batch']" in errors[0].getMessage()
+        assert "max_queue_size 0 must be >= 1" in errors[1].getMessage()
+        assert all("serving.json" in r.getMessage() for r in errors)
+        assert server.resolve("mlp").batcher.max_batch_size == 2  # the last good config
+    finally:
+        server.close()
+
+
+def test_command_line_server_listens_at_once_and_drains_open_connections_on_sigterm(zoo, tmp_path):
     zoo.export_mlp(tmp_path, 1)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -144,18 +170,32 @@ def test_command_line_server_serves_and_stops_cleanly(zoo, tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )  # fmt: skip
+    body = json.dumps({"inputs": [zoo.tensor("x", X)]})
+    terminated = False
     try:
         line = process.stdout.readline()
-        assert f"serving mlp [1] on http://127.0.0.1:{port}" in line, line
+        assert f"listening on http://127.0.0.1:{port}" in line, line
         client = type("C", (), {"port": port, "request": zoo.ServerThread.request})()
         wait_for(lambda: _ready(client), 30, "the command's server")
-        status, doc, _ = client.request("POST", "/v2/models/mlp/infer",
-                                        {"inputs": [zoo.tensor("x", X)]})  # fmt: skip
-        assert status == 200
+        # A keep-alive connection that has been answered once and is idle when SIGTERM comes.
+        kept = HTTPConnection("127.0.0.1", port, timeout=30)
+        kept.request("POST", "/v2/models/mlp/infer", body=body)
+        first = kept.getresponse()
+        assert first.status == 200 and first.read()
+        process.send_signal(signal.SIGTERM)
+        terminated = True
+        time.sleep(0.5)  # the listener is closed by now
+        kept.request("POST", "/v2/models/mlp/infer", body=body)
+        response = kept.getresponse()
+        doc = json.loads(response.read())
+        assert response.status == 200 and response.getheader("connection") == "close"
         np.testing.assert_allclose(np.reshape(doc["outputs"][0]["data"], (1, 5)),
                                    expected_for(zoo, 1), rtol=1e-6, atol=1e-6)  # fmt: skip
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
     finally:
-        process.send_signal(signal.SIGTERM)
+        if not terminated:
+            process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
 
 

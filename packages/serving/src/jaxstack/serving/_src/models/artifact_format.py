@@ -39,6 +39,17 @@ CONTENT_FILES = (MODEL_FILE, WEIGHTS_FILE, SIGNATURE_FILE, METADATA_FILE)
 BATCH_DIM = "batch"
 
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+# ASCII only: str.isdigit() also accepts "²" and "١", which int() refuses or reads as 1.
+VERSION_PATTERN = re.compile(r"[0-9]+")
+
+
+def parse_version(text: str) -> int | None:
+    """The version number a directory name or URL segment spells (>= 1), or None."""
+    if not VERSION_PATTERN.fullmatch(text):
+        return None
+    version = int(text)
+    return version if version >= 1 else None
+
 
 # KServe v2 datatype names; BF16 is the common extension used by Triton.
 _DATATYPES = {

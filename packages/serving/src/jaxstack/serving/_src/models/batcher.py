@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from jaxstack.serving._src.errors import InvalidInputError, ServerBusyError
+from jaxstack.serving._src.errors import ArtifactError, InvalidInputError, ServerBusyError
 
 logger = logging.getLogger(__name__)
 
@@ -198,17 +198,20 @@ class DynamicBatcher:
                 name: _pad(np.concatenate([r.inputs[name] for r in batch]), padded)
                 for name in batch[0].inputs
             }
-            outputs = self.run_fn(merged)
-            outputs = {k: np.asarray(v) for k, v in outputs.items()}
+            outputs = _check_batch_outputs(self.run_fn(merged), padded)
+            answers = []
+            offset = 0
+            for r in batch:
+                answers.append({k: v[offset : offset + r.rows] for k, v in outputs.items()})
+                offset += r.rows
         except Exception as e:
+            # Whatever went wrong, only this batch fails: the worker lives on for the queue.
             for r in batch:
                 r.future.set_exception(e)
             return
         done = time.perf_counter()
-        offset = 0
-        for r in batch:
-            r.future.set_result({k: v[offset : offset + r.rows] for k, v in outputs.items()})
-            offset += r.rows
+        for r, answer in zip(batch, answers, strict=True):
+            r.future.set_result(answer)
         if self.on_batch is not None:
             stats = BatchStats(
                 rows, padded, len(batch), [start - r.enqueued for r in batch], done - start
@@ -217,6 +220,18 @@ class DynamicBatcher:
                 self.on_batch(stats)
             except Exception:
                 logger.exception("on_batch hook failed; the batch itself was answered")
+
+
+def _check_batch_outputs(outputs: Mapping[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    """The outputs as arrays whose leading dimension is the batch: else an ArtifactError."""
+    arrays = {k: np.asarray(v) for k, v in outputs.items()}
+    for name, array in arrays.items():
+        if array.ndim == 0 or array.shape[0] != rows:
+            raise ArtifactError(
+                f"output {name!r} has shape {list(array.shape)} for a batch of {rows} rows; "
+                "every output of a served model needs the batch as its leading dimension"
+            )
+    return arrays
 
 
 def _pad(x: np.ndarray, rows: int) -> np.ndarray:

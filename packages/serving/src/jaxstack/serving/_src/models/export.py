@@ -27,16 +27,16 @@ from jaxstack.serving._src.models import artifact_format as fmt
 
 
 def leaf_path(key_path: Sequence[Any]) -> str:
-    """`/`-joined leaf path of a PyTree key path (`layers/3/attn/kernel`)."""
-    parts = []
-    for key in key_path:
-        for attr in ("key", "idx", "name"):
-            if hasattr(key, attr):
-                parts.append(str(getattr(key, attr)))
-                break
-        else:
-            parts.append(str(key))
-    return "/".join(parts)
+    """The project's parameter path of a PyTree key path (`layers/3/attn/q_proj/kernel`).
+
+    JAX's own `keystr`, `/`-separated, after dropping a final `.value` attribute (the Flax NNX
+    Variable wrapper); a dict key named "value" is a real name and stays.
+    """
+    key_path = tuple(key_path)
+    last = key_path[-1] if key_path else None
+    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "value":
+        key_path = key_path[:-1]
+    return jax.tree_util.keystr(key_path, simple=True, separator="/")
 
 
 def _flatten_params(params: Any) -> tuple[list[str], Any, dict[str, np.ndarray]]:
@@ -133,30 +133,61 @@ def export(
       >>> export(mlp, params, {"x": np.zeros((1, 784), np.float32)},
       ...        name="mnist", version=1, repository="models")  # doctest: +SKIP
     """
+    _check_name_and_version(name, version)
+    paths, treedef, weights = _flatten_params(params)
+    style, specs = _input_specs(example_inputs)
+
+    def serving_fn(w: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
+        p = jax.tree_util.tree_unflatten(treedef, [w[k] for k in paths])
+        if style == "keywords":
+            out = fn(p, **{k: inputs[k] for k in specs})
+        else:
+            out = fn(p, *[inputs[k] for k in specs])
+        return _named_outputs(out, output_names)
+
+    (batch,) = jax_export.symbolic_shape(fmt.BATCH_DIM)
+    input_specs = {
+        k: jax.ShapeDtypeStruct((batch, *s.shape[1:]), s.dtype) for k, s in specs.items()
+    }
+    exported = _export_stablehlo(fn, serving_fn, weights, input_specs, platforms)
+    signature = {
+        "batch_dim": fmt.BATCH_DIM,
+        "inputs": [_tensor_entry(k, s.dtype, s.shape) for k, s in input_specs.items()],
+        "outputs": _output_entries(exported),
+        "weights": [_tensor_entry(k, v.dtype, v.shape) for k, v in weights.items()],
+    }
+    return _write_atomically(
+        Path(repository) / name,
+        str(version),
+        {
+            fmt.MODEL_FILE: bytes(exported.serialize()),
+            fmt.WEIGHTS_FILE: safetensors_save(weights, metadata={"format": fmt.FORMAT}),
+        },
+        {
+            fmt.SIGNATURE_FILE: signature,
+            fmt.METADATA_FILE: _metadata(name, version, exported, metadata),
+        },
+    )
+
+
+def _check_name_and_version(name: Any, version: Any) -> None:
     if not isinstance(name, str) or not fmt.NAME_PATTERN.match(name):
         raise ExportError(f"name {name!r} must match {fmt.NAME_PATTERN.pattern}")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ExportError(f"version {version!r} must be a positive integer")
-    paths, treedef, weights = _flatten_params(params)
-    style, specs = _input_specs(example_inputs)
-    input_names = list(specs)
 
-    def serving_fn(w: dict[str, Any], inputs: dict[str, Any]) -> dict[str, Any]:
-        p = jax.tree_util.tree_unflatten(treedef, [w[k] for k in paths])
-        args = [inputs[k] for k in input_names]
-        if style == "keywords":
-            out = fn(p, **dict(zip(input_names, args, strict=True)))
-        else:
-            out = fn(p, *args)
-        return _named_outputs(out, output_names)
 
-    (batch,) = jax_export.symbolic_shape(fmt.BATCH_DIM)
+def _export_stablehlo(
+    fn: Callable[..., Any],
+    serving_fn: Callable[..., Any],
+    weights: dict[str, np.ndarray],
+    input_specs: dict[str, jax.ShapeDtypeStruct],
+    platforms: Sequence[str] | None,
+) -> jax_export.Exported:
+    """`jax.export` of the serving function, its batch dimension symbolic."""
     weight_specs = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in weights.items()}
-    input_specs = {
-        k: jax.ShapeDtypeStruct((batch, *s.shape[1:]), s.dtype) for k, s in specs.items()
-    }
     try:
-        exported = jax_export.export(
+        return jax_export.export(
             jax.jit(serving_fn), platforms=None if platforms is None else tuple(platforms)
         )(weight_specs, input_specs)
     except Exception as e:
@@ -165,6 +196,10 @@ def export(
             f"failed: {e}. The function must work for any batch size (no Python branches on "
             "the batch size, reshape with -1 rather than the concrete batch)"
         ) from e
+
+
+def _output_entries(exported: jax_export.Exported) -> list[dict[str, Any]]:
+    """The signature's outputs: named, and each with the batch dimension leading."""
     out_tree = exported.out_tree.unflatten(list(exported.out_avals))
     outputs = []
     for out_name, aval in out_tree.items():
@@ -176,14 +211,13 @@ def export(
                 "serving splits every output along axis 0, so keep the batch dimension leading"
             )
         outputs.append(_tensor_entry(out_name, aval.dtype, aval.shape))
+    return outputs
 
-    signature = {
-        "batch_dim": fmt.BATCH_DIM,
-        "inputs": [_tensor_entry(k, s.dtype, s.shape) for k, s in input_specs.items()],
-        "outputs": outputs,
-        "weights": [_tensor_entry(k, v.dtype, v.shape) for k, v in weights.items()],
-    }
-    meta = {
+
+def _metadata(
+    name: str, version: int, exported: jax_export.Exported, user: Mapping[str, Any] | None
+) -> dict[str, Any]:
+    return {
         "name": name,
         "version": version,
         "created_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
@@ -192,17 +226,8 @@ def export(
         "jaxstack_serving_version": importlib.metadata.version("jaxstack-serving"),
         "platforms": list(exported.platforms),
         "calling_convention_version": exported.calling_convention_version,
-        "user": dict(metadata or {}),
+        "user": dict(user or {}),
     }
-    return _write_atomically(
-        Path(repository) / name,
-        str(version),
-        {
-            fmt.MODEL_FILE: bytes(exported.serialize()),
-            fmt.WEIGHTS_FILE: safetensors_save(weights, metadata={"format": fmt.FORMAT}),
-        },
-        {fmt.SIGNATURE_FILE: signature, fmt.METADATA_FILE: meta},
-    )
 
 
 def _tensor_entry(name: str, dtype: Any, shape: Sequence[Any]) -> dict[str, Any]:

@@ -76,7 +76,9 @@ def _decode_tensor(i: int, tensor: Any) -> tuple[str, np.ndarray]:
     if not fmt.is_datatype(datatype):
         raise InvalidInputError(f"{field}.datatype {datatype!r} is not supported")
     if isinstance(tensor.get("parameters"), dict) and "binary_data_size" in tensor["parameters"]:
-        raise InvalidInputError(f"{field}: the binary tensor extension is not supported; send JSON")
+        raise InvalidInputError(
+            f"{field}: binary tensor data is not supported; send the tensor as JSON 'data'"
+        )
     dtype = fmt.dtype_of(datatype)
     try:
         raw = np.asarray(data)
@@ -85,7 +87,7 @@ def _decode_tensor(i: int, tensor: Any) -> tuple[str, np.ndarray]:
     if raw.size and (
         raw.dtype.kind not in "biuf"
         or (dtype.kind in "iu" and raw.dtype.kind == "f")
-        or (dtype.kind == "b" and raw.dtype.kind != "b")
+        or ((dtype.kind == "b") != (raw.dtype.kind == "b"))
     ):
         raise InvalidInputError(
             f"{field}.data holds {raw.dtype.name} values, which are not {datatype} values"

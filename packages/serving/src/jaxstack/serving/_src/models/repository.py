@@ -168,9 +168,10 @@ def scan(root: Path) -> dict[str, list[int]]:
         if not model_dir.is_dir() or not fmt.NAME_PATTERN.match(model_dir.name):
             continue
         versions = [
-            int(v.name)
+            version
             for v in model_dir.iterdir()
-            if v.name.isdigit() and int(v.name) >= 1 and (v / fmt.MANIFEST_FILE).is_file()
+            if (version := fmt.parse_version(v.name)) is not None
+            and (v / fmt.MANIFEST_FILE).is_file()
         ]
         if versions:
             models[model_dir.name] = sorted(versions)

@@ -101,24 +101,45 @@ class ModelServer:
         self._drainers: list[threading.Thread] = []
         self._stop = threading.Event()
         self._poller: threading.Thread | None = None
+        self._loader: threading.Thread | None = None
+        self._config_error: str | None = None
         self.ready = False
         self._read_config(strict=True)
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self) -> ModelServer:
-        """Load every selected version (warmed up), then start polling for changes."""
+    def start(self, *, wait: bool = True) -> ModelServer:
+        """Load every selected version (warmed up), then start polling for changes.
+
+        With `wait=False` the loading runs in a background thread and `start` returns at once,
+        so a front end can listen (and answer liveness) while models load; `ready` turns True
+        when they are loaded, and requests meanwhile get `ServerBusyError` (503).
+        """
+        if wait:
+            self._load_then_poll()
+        else:
+            self._loader = threading.Thread(
+                target=self._load_then_poll, name="repo-loader", daemon=True
+            )
+            self._loader.start()
+        return self
+
+    def _load_then_poll(self) -> None:
         self.poll()
+        if self._stop.is_set():
+            return
         self.ready = True
+        logger.info("ready: %s", {m: self.versions(m) for m in self.model_names()})
         if self.poll_interval_s > 0:
             self._poller = threading.Thread(target=self._poll_loop, name="repo-poller", daemon=True)
             self._poller.start()
-        return self
 
     def close(self) -> None:
         """Stop polling, drain every version (queued requests still get answers), unload."""
         self.ready = False
         self._stop.set()
+        if self._loader is not None:
+            self._loader.join()
         if self._poller is not None:
             self._poller.join()
         with self._reconcile_lock:
@@ -151,6 +172,8 @@ class ModelServer:
     def resolve(self, model: str, version: int | None = None) -> LoadedVersion:
         """The served version (`None`: the newest); ModelNotFoundError naming what is served."""
         versions = self._models.get(model)
+        if not versions and not self.ready and not self._stop.is_set():
+            raise ServerBusyError("the server is still loading models; retry shortly")
         if not versions:
             raise ModelNotFoundError(
                 f"model {model!r} is not served; served models: {self.model_names()}"
@@ -201,6 +224,8 @@ class ModelServer:
                 del self._failed[key]  # deleted from disk: nothing left to report
             loaded_now, unloaded = [], []
             for model in sorted(set(available) | set(self._models)):
+                if self._stop.is_set():  # closing: load nothing more
+                    break
                 config = self._config.for_model(model)
                 versions = dict(self._models.get(model, {}))
                 for _ in range(64):  # each round marks a failure or loads; bounded anyway
@@ -248,10 +273,17 @@ class ModelServer:
                 if path is not None
                 else repo.RepositoryConfig(self.defaults)
             )
-        except ConfigError:
+        except ConfigError as e:
             if strict:
                 raise
-            logger.exception("serving config unchanged: the new one is invalid")
+            # Polled every few seconds: say it once per change of the file, not at every poll.
+            if str(e) != self._config_error:
+                logger.error("serving config %s is invalid, the last good one stays: %s", path, e)
+            self._config_error = str(e)
+            return
+        if self._config_error is not None:
+            logger.info("serving config %s is valid again", path)
+        self._config_error = None
 
     def _fingerprint(self, model: str, version: int) -> Any:
         directory = self.root / model / str(version)
