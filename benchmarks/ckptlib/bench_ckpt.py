@@ -1,6 +1,7 @@
 """Checkpoint save/restore throughput of jaxstack.ckptlib vs raw Orbax, raw TensorStore, numpy.save.
 
     .venv/bin/python benchmarks/ckptlib/bench_ckpt.py [--gb 1.0] [--repeats 3] [--dir /tmp/x]
+    .venv/bin/python benchmarks/ckptlib/bench_ckpt.py --quick    # 0.1 GB, once, into quick/
 
 Writes results.json and results.md next to this file. One state of ~`--gb` GB (params + AdamW
 mu/nu, float32, random so that compression cannot shortcut anything) is saved and restored by
@@ -17,6 +18,7 @@ import os
 import platform
 import shutil
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -28,6 +30,9 @@ import orbax.checkpoint as ocp
 import tensorstore as ts
 
 from jaxstack.ckptlib import CheckpointManager
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conditions import conditions_markdown, measure_conditions
 
 HERE = Path(__file__).parent
 
@@ -181,8 +186,23 @@ def main() -> None:
     parser.add_argument("--gb", type=float, default=1.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--dir", default="/tmp/jaxstack-ckptlib-bench")
-    parser.add_argument("--out", default=str(HERE))
+    parser.add_argument("--out", default=None, help="default: this folder (quick/ with --quick)")
+    parser.add_argument("--quick", action="store_true", help="a 0.1 GB state, one repeat")
     args = parser.parse_args()
+    if args.quick:
+        args.gb, args.repeats = 0.1, 1
+    versions = ["jax", "jaxlib", "orbax-checkpoint", "tensorstore", "jaxstack-ckptlib"]
+    with measure_conditions(packages=versions) as conditions:
+        results = run(args)
+    results["conditions"] = conditions.as_dict()
+    out = Path(args.out or (HERE / "quick" if args.quick else HERE))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.md").write_text(render(results))
+    print(render(results))
+
+
+def run(args: argparse.Namespace) -> dict:
     work = Path(args.dir)
     shutil.rmtree(work, ignore_errors=True)
     state = make_state(args.gb)
@@ -255,11 +275,8 @@ def main() -> None:
         "async_blocked_fraction_of_sync": statistics.median(saves["ckptlib async"]["blocked"])
         / sync_total,
     }
-    out = Path(args.out)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "results.md").write_text(render(results))
-    print(render(results))
     shutil.rmtree(work, ignore_errors=True)
+    return results
 
 
 def render(r: dict) -> str:
@@ -271,9 +288,12 @@ def render(r: dict) -> str:
         f"Host: {r['host']['cpus']} CPUs ({r['host']['machine']}), jax {r['host']['jax']}, "
         f"orbax-checkpoint {r['host']['orbax-checkpoint']}, "
         f"tensorstore {r['host']['tensorstore']}. "
-        "The machine was shared with other engineers' builds and tests while this ran, so absolute "
-        "numbers are noisy; all methods ran interleaved in one process on the same disk. Restores "
-        "read from the page cache (files were just written).",
+        "All methods ran interleaved in one process on the same disk. Restores read from the page "
+        "cache (files were just written).",
+        "",
+        conditions_markdown(r["conditions"])
+        if "conditions" in r
+        else "Run conditions were not measured (this run predates benchmarks/conditions.py).",
         "",
         "## Save",
         "",

@@ -10,7 +10,7 @@ Measures (medians of interleaved trials, start-up excluded):
      (16 reader threads, 500-element buffer) costs on a small host.
 
     .venv/bin/python benchmarks/datalib/bench_pipeline.py            # writes results.{json,md}
-    .venv/bin/python benchmarks/datalib/bench_pipeline.py --quick    # a smoke run
+    .venv/bin/python benchmarks/datalib/bench_pipeline.py --quick    # a smoke run, into quick/
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from grain.experimental import (  # isort: skip
     FlatMapTransform,
     WithOptionsIterDataset,
 )
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from conditions import conditions_markdown, measure_conditions
 
 HERE = pathlib.Path(__file__).parent
 SEQ_LEN, BATCH = 1024, 8
@@ -253,10 +256,12 @@ def write_markdown(results, path):
         "# datalib benchmark results",
         "",
         f"Run {results['date']} on {results['host']} ({results['cpus']} CPUs, Python "
-        f"{results['python']}, grain {results['grain']}). The machine was shared with other "
-        "engineers' builds and tests while this ran, so absolute numbers are noisy and repeated "
-        "runs move the ratios by about 10% either way. Start-up (worker spawn, first reads) is "
+        f"{results['python']}, grain {results['grain']}). Start-up (worker spawn, first reads) is "
         "excluded everywhere.",
+        "",
+        conditions_markdown(results["conditions"])
+        if "conditions" in results
+        else "Run conditions were not measured (this run predates benchmarks/conditions.py).",
         "",
         "## Packed, tokenized pipeline: datalib vs the same work written directly in Grain",
         "",
@@ -340,24 +345,27 @@ def main():
     # multiples of a group, or the timing mostly sees rows packed before the clock started.
     group = 256 // BATCH
     batches = {"byte": group * (3 if args.quick else 12), "bpe": group * (1 if args.quick else 4)}
-    results = {
-        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "host": platform.node() or "unknown",
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "grain": __import__("importlib.metadata").metadata.version("grain"),
-        "trials": trials,
-        "seq_len": SEQ_LEN,
-        "batch_size": BATCH,
-        "overhead": bench_overhead(corpus, tokenizers, trials, batches, group),
-        "packing_efficiency": bench_packing(corpus, 20 if args.quick else 200),
-        "read_options": bench_read_options(corpus, tokenizers, batches, trials),
-        "worker_transport": bench_worker_transport(corpus, tokenizers, batches, group),
-    }
-    if not args.quick:
-        (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-        write_markdown(results, HERE / "results.md")
-        print(f"wrote {HERE / 'results.md'}")
+    with measure_conditions(packages=["grain", "numpy", "jaxstack-datalib"]) as conditions:
+        results = {
+            "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+            "host": platform.node() or "unknown",
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "grain": __import__("importlib.metadata").metadata.version("grain"),
+            "trials": trials,
+            "seq_len": SEQ_LEN,
+            "batch_size": BATCH,
+            "overhead": bench_overhead(corpus, tokenizers, trials, batches, group),
+            "packing_efficiency": bench_packing(corpus, 20 if args.quick else 200),
+            "read_options": bench_read_options(corpus, tokenizers, batches, trials),
+            "worker_transport": bench_worker_transport(corpus, tokenizers, batches, group),
+        }
+    results["conditions"] = conditions.as_dict()
+    out = HERE / "quick" if args.quick else HERE
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    write_markdown(results, out / "results.md")
+    print(f"wrote {out / 'results.md'}")
     return 0
 
 

@@ -31,6 +31,9 @@ import jax.numpy as jnp
 from jaxstack import kernlib
 from jaxstack.kernlib.ops.ragged_paged_attention import base as rpa_base
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from conditions import conditions_markdown, measure_conditions
+
 HERE = Path(__file__).resolve().parent
 PALLAS = {"gpu": "pallas_triton", "tpu": "pallas_mosaic_tpu"}
 
@@ -165,11 +168,15 @@ def markdown(meta, rows) -> str:
         f"Device: **{meta['device_kind']}** ({meta['platform']}), jax {meta['jax']}, "
         f"{meta['date']}, mode `{meta['mode']}`, {meta['repeats']} timed repeats (median).",
         "",
+        conditions_markdown(meta["conditions"])
+        if "conditions" in meta
+        else "Run conditions were not measured (this run predates benchmarks/conditions.py).",
+        "",
     ]
     if meta["platform"] == "cpu":
         lines += [
-            "> CPU smoke run with tiny sizes, on a machine shared with other work: these numbers",
-            "> only show the script runs end to end. **GPU numbers are not measured yet.** On CPU",
+            "> CPU smoke run with tiny sizes: these numbers only show that the script runs end",
+            "> to end. **GPU numbers are not measured yet.** On CPU",
             "> `implementation=None` runs the XLA reference (Pallas interpret mode is for tests).",
             "",
         ]
@@ -239,8 +246,10 @@ def main(argv=None) -> int:
         "context": context,
         "cpu_count": os.cpu_count(),
     }
-    rows = bench_attention(seqs, heads, kv_heads, head_dim, repeats, deadline, plat)
-    rows += bench_decode(batches, context, dec_heads, dec_kv, dec_dim, repeats, deadline, plat)
+    with measure_conditions(packages=["jax", "jaxlib", "jaxstack-kernlib"]) as conditions:
+        rows = bench_attention(seqs, heads, kv_heads, head_dim, repeats, deadline, plat)
+        rows += bench_decode(batches, context, dec_heads, dec_kv, dec_dim, repeats, deadline, plat)
+    meta["conditions"] = conditions.as_dict()
     rows = with_ratios(rows, "median_ms")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

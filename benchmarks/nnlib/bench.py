@@ -1,13 +1,14 @@
 """nnlib CPU benchmark: dispatch overhead of as_function, and fwd+bwd vs HF transformers (torch).
 
-    .venv/bin/python benchmarks/nnlib/bench.py --torch-python /tmp/nnlib-torchvenv/bin/python
+    .venv/bin/python benchmarks/nnlib/bench.py --torch-python /tmp/torchvenv/bin/python
+    .venv/bin/python benchmarks/nnlib/bench.py --quick     # batch 2 x 64, few steps, into quick/
 
 Part 1 (overhead) times one jitted SGD train step of the tiny model three ways: through
 `nnlib.as_function` + `jax.jit`, plain `jax.jit` over a hand-made `nnx.split` state, and
 Flax's graph-mode `nnx.jit` (for reference). Part 2 times forward+backward of a cross-entropy
 loss for the tiny model and a d=512 model, nnlib (jax.jit) and HF LlamaForCausalLM (torch,
 eager, float32) on the same dims, in the same run (bench_torch.py in the torch venv). Medians.
-Writes results.json and results.md next to this file.
+Writes results.json and results.md next to this file (under quick/ with --quick).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import pathlib
 import platform
 import statistics
 import subprocess
+import sys
 import time
 
 import jax
@@ -26,6 +28,9 @@ import optax
 from flax import nnx
 
 from jaxstack import nnlib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from conditions import conditions_markdown, measure_conditions
 
 HERE = pathlib.Path(__file__).parent
 MODELS = {
@@ -130,7 +135,8 @@ def nnlib_fwd_bwd(name, b, t, iters):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--torch-python", default="/tmp/nnlib-torchvenv/bin/python")
+    parser.add_argument("--torch-python", default="/tmp/torchvenv/bin/python")
+    parser.add_argument("--quick", action="store_true", help="small sizes and few steps")
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--seq", type=int, default=256)
     parser.add_argument("--iters", type=int, default=7)
@@ -143,6 +149,16 @@ def main():
         help="keep the fwd+bwd rows of the previous results.json",
     )
     args = parser.parse_args()
+    if args.quick:
+        args.batch, args.seq, args.iters, args.overhead_iters = 2, 64, 3, 7
+    versions = ["jax", "jaxlib", "flax", "jaxstack-nnlib"]
+    with measure_conditions(packages=versions) as conditions:
+        out = measure(args)
+    out["conditions"] = conditions.as_dict()
+    write(out, args, HERE / "quick" if args.quick else HERE)
+
+
+def measure(args: argparse.Namespace) -> dict:
     b, t = args.batch, args.seq
     out = {
         "batch": b,
@@ -150,7 +166,6 @@ def main():
         "iters": args.iters,
         "jax": jax.__version__,
         "machine": f"{platform.machine()}, {jax.device_count()} CPU device(s)",
-        "note": "shared 2-core machine with other engineers' jobs running: times are noisy",
     }
     ob, ot = args.overhead_batch, args.overhead_seq
     out["overhead_batch"], out["overhead_seq_len"] = ob, ot
@@ -189,14 +204,23 @@ def main():
             }
         )
     out["fwd_bwd"] = rows
-    (HERE / "results.json").write_text(json.dumps(out, indent=2))
+    return out
+
+
+def write(out: dict, args: argparse.Namespace, folder: pathlib.Path) -> None:
+    folder.mkdir(exist_ok=True)
+    (folder / "results.json").write_text(json.dumps(out, indent=2))
+    b, t, rows = out["batch"], out["seq_len"], out["fwd_bwd"]
+    ob, ot = out["overhead_batch"], out["overhead_seq_len"]
     o = out["overhead_tiny_train_step_s"]
     base = o["jax.jit over nnx.split state"]
     lines = [
         "# nnlib benchmark results",
         "",
         f"CPU, batch {b} x seq {t}, float32, medians of {args.iters} steps after 2 warm-ups; "
-        f"jax {out['jax']}. {out['note']}.",
+        f"jax {out['jax']}.",
+        "",
+        conditions_markdown(out["conditions"]),
         "",
         f"## Train-step dispatch overhead (tiny model, SGD step, batch {ob} x seq {ot}, "
         f"paths interleaved, median of {args.overhead_iters})",
@@ -221,7 +245,7 @@ def main():
             f"{r['tokens_per_s_nnlib']:.0f} | {r['tokens_per_s_hf']:.0f} |"
         )
     lines += ["", f"HF side: torch {rows[0]['torch']}, transformers {rows[0]['transformers']}."]
-    (HERE / "results.md").write_text("\n".join(lines) + "\n")
+    (folder / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

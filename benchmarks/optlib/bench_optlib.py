@@ -9,7 +9,7 @@
 3. Optimiser step time: build_optimizer's AdamW recipe vs the same chain hand-written in Optax
    on a ~10M-parameter tree (median of jitted steps): the recipe should cost nothing extra.
 
-Writes results.json and results.md next to this script.
+Writes results.json and results.md next to this script (under quick/ with --quick).
 
     JAX_PLATFORMS=cpu .venv/bin/python benchmarks/optlib/bench_optlib.py [--quick]
 """
@@ -22,6 +22,7 @@ import os
 import pathlib
 import platform
 import statistics
+import sys
 import time
 
 import jax
@@ -29,6 +30,9 @@ import jax.numpy as jnp
 import optax
 
 import jaxstack.optlib as optlib
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from conditions import conditions_markdown, measure_conditions
 
 HERE = pathlib.Path(__file__).parent
 GiB = 2**30
@@ -146,7 +150,17 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
     args = parser.parse_args()
-    big = (1, 512, 32768, 512) if args.quick else (8, 2048, 131072, 2048)
+    with measure_conditions(packages=["jax", "jaxlib", "optax", "jaxstack-optlib"]) as conditions:
+        results = run(args.quick)
+    results["conditions"] = conditions.as_dict()
+    out = HERE / "quick" if args.quick else HERE
+    out.mkdir(exist_ok=True)
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    (out / "results.md").write_text(markdown(results))
+
+
+def run(quick: bool) -> dict:
+    big = (1, 512, 32768, 512) if quick else (8, 2048, 131072, 2048)
     chunk_size = 1024
     results = {
         "machine": {
@@ -155,8 +169,6 @@ def main() -> None:
             "jax": jax.__version__,
             "optax": optax.__version__,
             "backend": jax.default_backend(),
-            "note": "shared 2-core machine; other engineers' builds and tests were "
-            "running at the same time, so times are noisy (memory is not)",
         },
         "loss_memory": [],
     }
@@ -175,7 +187,7 @@ def main() -> None:
             }
             print(json.dumps(row))
             results["loss_memory"].append(row)
-    repeats = 3 if args.quick else 5
+    repeats = 3 if quick else 5
     b, t, v, d, chunk = 2, 256, 16384, 256, 128
     results["loss_time"] = {
         "B": b,
@@ -189,8 +201,7 @@ def main() -> None:
     print(json.dumps(results["loss_time"]))
     results["optimizer_time"] = {"repeats": 20, **optimizer_time(20)}
     print(json.dumps(results["optimizer_time"]))
-    (HERE / "results.json").write_text(json.dumps(results, indent=2) + "\n")
-    (HERE / "results.md").write_text(markdown(results))
+    return results
 
 
 def markdown(r: dict) -> str:
@@ -198,8 +209,12 @@ def markdown(r: dict) -> str:
         "# optlib benchmark results",
         "",
         f"Machine: {r['machine']['platform']}, {r['machine']['cpu_count']} CPUs, backend "
-        f"{r['machine']['backend']}, jax {r['machine']['jax']}, optax {r['machine']['optax']}. "
-        f"{r['machine']['note']}.",
+        f"{r['machine']['backend']}, jax {r['machine']['jax']}, optax {r['machine']['optax']}.",
+        "",
+        conditions_markdown(r["conditions"])
+        if "conditions" in r
+        else f"Run conditions were not measured (this run predates benchmarks/conditions.py); "
+        f"noted by hand at the time: {r['machine'].get('note', 'nothing')}.",
         "",
         "## Cross-entropy peak temporary memory (compiled, `memory_analysis`)",
         "",

@@ -1,0 +1,61 @@
+"""mkdocs hook: one API reference page per package, generated from the package's `__all__`.
+
+Each public name is documented from the module that defines it (mkdocstrings reads the source
+with griffe), under the name users import (`jaxstack.trainer.load_config`), so packages that
+export names lazily (PEP 562) are covered too, and a name that cannot be found fails the build.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+from mkdocs.structure.files import File
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from workspace import all_packages
+
+
+def defining_path(package, name: str) -> str:
+    """The dotted path, inside the package, where the source defines `package.name`."""
+    value = getattr(package, name)
+    module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
+    if callable(value) and qualname and (module or "").startswith(package.__name__ + "."):
+        return f"{module}.{qualname}"
+    owners = [
+        module_name
+        for module_name, module in sorted(sys.modules.items())
+        if module_name.startswith(package.__name__ + ".")
+        and getattr(module, name, None) is value
+        and name in getattr(module, "__dict__", {})
+    ]
+    if not owners:
+        raise LookupError(f"{package.__name__}.{name}: no module of the package defines it")
+    return f"{owners[-1]}.{name}"
+
+
+def reference_page(import_name: str) -> str:
+    package = importlib.import_module(import_name)
+    summary = (package.__doc__ or "").strip().split("\n\n")[0]
+    lines = [f"# {import_name}", "", summary, ""]
+    for name in package.__all__:
+        lines += [
+            f"::: {defining_path(package, name)}",
+            "    options:",
+            f'      heading: "{import_name}.{name}"',
+            f'      toc_label: "{name}"',
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def on_files(files, config):
+    for package in all_packages():
+        import_name = "jaxstack." + package.folder.replace("-", "_")
+        files.append(
+            File.generated(
+                config, f"reference/{package.folder}.md", content=reference_page(import_name)
+            )
+        )
+    return files
