@@ -23,6 +23,13 @@ from jaxstack.xprof_lite._src.annotate import (
 from jaxstack.xprof_lite._src.capture import Capture, save_hlo, trace
 from jaxstack.xprof_lite._src.cost import CATEGORIES
 from jaxstack.xprof_lite._src.errors import Error
+from jaxstack.xprof_lite._src.machine import (
+    HOST_ALLOCATORS,
+    HostCPU,
+    choose_host_allocator,
+    host_cpu,
+    set_host_allocator,
+)
 from jaxstack.xprof_lite._src.memory import (
     LiveArray,
     compiled_memory,
@@ -37,7 +44,15 @@ from jaxstack.xprof_lite._src.op_profile import (
     op_profile,
     profile_from_trace,
 )
-from jaxstack.xprof_lite._src.peak import SPEC_TABLE, DevicePeak, device_peak, measure_peak
+from jaxstack.xprof_lite._src.peak import (
+    SPEC_TABLE,
+    DevicePeak,
+    SpecRow,
+    device_peak,
+    measure_matmul_flops,
+    measure_peak,
+    spec_peak,
+)
 from jaxstack.xprof_lite._src.report import Report, report, report_logdir
 from jaxstack.xprof_lite._src.roofline import RooflinePoint, roofline
 from jaxstack.xprof_lite._src.steps import StepBreakdown, step_breakdown, step_windows
@@ -50,26 +65,32 @@ __all__ = [
     "CHECKPOINT",
     "COMPILE",
     "DATA_WAIT",
+    "HOST_ALLOCATORS",
     "SPEC_TABLE",
     "Capture",
     "DevicePeak",
     "Error",
+    "HostCPU",
     "LiveArray",
     "OpProfile",
     "OpStat",
     "Report",
     "RooflinePoint",
+    "SpecRow",
     "StepBreakdown",
     "StepTraceAnnotation",
     "StepWindowProfiler",
     "analyze_hlo",
+    "choose_host_allocator",
     "compiled_memory",
     "device_peak",
     "hlo_op_times",
+    "host_cpu",
     "host_event",
     "live_arrays",
     "live_bytes_by_origin",
     "load_trace",
+    "measure_matmul_flops",
     "measure_peak",
     "op_profile",
     "peak_memory_per_step",
@@ -78,6 +99,8 @@ __all__ = [
     "report_logdir",
     "roofline",
     "save_hlo",
+    "set_host_allocator",
+    "spec_peak",
     "step_annotation",
     "step_breakdown",
     "step_windows",

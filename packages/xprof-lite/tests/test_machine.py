@@ -1,0 +1,73 @@
+"""The host CPU description and the host-allocator setting chosen from it."""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jaxstack import xprof_lite
+from jaxstack.xprof_lite._src.machine import ON_GLIBC, VECTOR_FLAGS
+
+# Allocates, touches and frees a 64 MiB buffer from a worker thread (as XLA:CPU's threads do),
+# six times, and prints the page faults of rounds 2-6 in units of the buffer's pages.
+SCRIPT = textwrap.dedent(
+    """
+    import ctypes, resource, sys, threading
+    from jaxstack.xprof_lite import set_host_allocator
+    applied = set_host_allocator(sys.argv[1])
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    size = 64 << 20
+    def one_round():
+        ptr = libc.malloc(size)
+        ctypes.memset(ptr, 1, size)
+        libc.free(ptr)
+    def run():
+        one_round()
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        for _ in range(5):
+            one_round()
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+        print(applied, faults / (5 * size / resource.getpagesize()))
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    """
+)
+
+
+def _faults_per_page(mode: str) -> tuple[str, float]:
+    out = subprocess.run(
+        [sys.executable, "-c", SCRIPT, mode], check=True, capture_output=True, text=True
+    ).stdout.split()
+    return out[0], float(out[1])
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc only")
+def test_retained_memory_is_reused_without_page_faults():
+    applied, retained = _faults_per_page("retain")
+    system_applied, system = _faults_per_page("system")
+    assert (applied, system_applied) == ("retain", "system")
+    # glibc's default mmaps the buffer afresh each round: about one fault per page.
+    assert system > 0.5
+    assert retained < 0.05
+
+
+def test_auto_retains_host_memory_only_with_avx512():
+    intel = xprof_lite.HostCPU("Intel(R) Xeon(R) Platinum", ("avx2", "fma", "avx512f"), 2)
+    amd = xprof_lite.HostCPU("AMD EPYC", ("avx2", "fma"), 2)
+    assert xprof_lite.choose_host_allocator(intel) == ("retain" if ON_GLIBC else "system")
+    assert xprof_lite.choose_host_allocator(amd) == "system"
+
+
+def test_host_cpu_reads_the_vector_flags():
+    cpu = xprof_lite.host_cpu()
+    assert cpu.cores >= 1 and cpu.model
+    assert set(cpu.flags) <= set(VECTOR_FLAGS)
+
+
+def test_unknown_allocator_mode_is_refused():
+    with pytest.raises(xprof_lite.Error, match="'mmap' is not one of auto, retain, system"):
+        xprof_lite.set_host_allocator("mmap")
