@@ -8,16 +8,20 @@ by uv.lock), which is what proves that `pip install jaxstack-<x>` works by itsel
     nox -s lint layers versions             # static checks
     nox -s "tests(package='datalib')"       # one package in isolation
     nox -s "integration(backend='cpu')"     # cross-package scenarios
+    nox -s "compat_release(package='nnlib')" # the scenario with nnlib at its release
+    nox -s docs                             # the documentation site, strict, offline
 """
 
 from __future__ import annotations
 
 import sys
+import tomllib
 from pathlib import Path
 
 import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
+import releases
 from workspace import Package, all_packages, closure
 
 nox.options.default_venv_backend = "uv"
@@ -27,6 +31,9 @@ nox.options.sessions = ["lint", "layers", "versions", "tests", "integration(back
 PACKAGES = [p.folder for p in all_packages()]
 PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900"]
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
+# The scenario asks the LLM server through the official client, as a user would.
+INTEGRATION_TOOLS = [*TEST_TOOLS, "openai"]
+DOCS_TOOLS = ["mkdocs==1.6.1", "mkdocstrings-python==2.0.11", "markdown-exec==1.12.6"]
 JAX_BACKEND_EXTRAS = {"cpu": None, "gpu": "jax[cuda13]", "tpu": "jax[tpu]"}
 
 
@@ -91,7 +98,7 @@ def tests(session: nox.Session, package: str) -> None:
 @nox.session
 @nox.parametrize("backend", list(JAX_BACKEND_EXTRAS))
 def integration(session: nox.Session, backend: str) -> None:
-    install_packages(session, all_packages(), *TEST_TOOLS)
+    install_packages(session, all_packages(), *INTEGRATION_TOOLS)
     if extra := JAX_BACKEND_EXTRAS[backend]:
         session.install(extra)
         probe = f"import jax; print(any(d.platform == {backend!r} for d in jax.devices()))"
@@ -115,6 +122,42 @@ def compat(session: nox.Session, package: str, resolution: str) -> None:
     session.install(f"--resolution={resolution}", *requirements, *TEST_TOOLS)
     session.run("uv", "pip", "list", external=True, silent=False)
     session.run("pytest", f"packages/{package}/tests", *PYTEST_DEFAULT, *session.posargs)
+
+
+@nox.session
+@nox.parametrize("package", PACKAGES)
+def compat_release(session: nox.Session, package: str) -> None:
+    """The end-to-end scenario with `package` as it was released (the first commit of its current
+    version, tools/releases.py) and every other package at HEAD. About 5 minutes each on 2 cores;
+    not in the default run."""
+    release = releases.last_release(package)
+    if release is None:
+        session.skip(f"{package}: its current version has no commit yet")
+    released = releases.extract(package, release.commit, Path(session.create_tmp()) / "release")
+    project = tomllib.loads((released / "pyproject.toml").read_text())["project"]
+    extra = "[test]" if "test" in project.get("optional-dependencies", {}) else ""
+    others = [p.test_requirement for p in all_packages() if p.folder != package]
+    session.log(f"{package} {release.version} from {release.commit[:10]}; the others from HEAD")
+    session.install(
+        "-c", lock_constraints(session), *others, f"{released}{extra}", *INTEGRATION_TOOLS
+    )
+    session.run(
+        "pytest",
+        "integration_tests/test_scenario.py",
+        *PYTEST_DEFAULT,
+        *session.posargs,
+        env={"JAXSTACK_TEST_BACKEND": "cpu", "JAX_PLATFORMS": "cpu"},
+    )
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml), built offline in strict mode: a broken link, a public
+    name that cannot be documented or an example block that fails breaks the build."""
+    install_packages(session, all_packages(), *DOCS_TOOLS)
+    site = Path(session.create_tmp()) / "site"
+    session.run("mkdocs", "build", "--strict", "--site-dir", str(site), *session.posargs)
+    session.log(f"site written to {site}")
 
 
 @nox.session

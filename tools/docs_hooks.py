@@ -1,4 +1,6 @@
-"""mkdocs hook: one API reference page per package, generated from the package's `__all__`.
+"""mkdocs hook: one API reference page per package, generated from the package's `__all__`, and
+the benchmark results (RESULTS.md, each benchmark's results files and plots) published under
+`benchmarks/` so that the docs link every number to the file it comes from.
 
 Each public name is documented from the module that defines it (mkdocstrings reads the source
 with griffe), under the name users import (`jaxstack.trainer.load_config`), so packages that
@@ -14,7 +16,10 @@ from pathlib import Path
 from mkdocs.structure.files import File
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from workspace import all_packages
+from workspace import ROOT, all_packages
+
+PUBLISHED_RESULTS = ("RESULTS.md", "*/results*.md", "*/results*.json", "*/quick/results.*",
+                     "*/*.md", "plots/*.png")  # fmt: skip
 
 
 def defining_path(package, name: str) -> str:
@@ -58,4 +63,10 @@ def on_files(files, config):
                 config, f"reference/{package.folder}.md", content=reference_page(import_name)
             )
         )
+    benchmarks = ROOT / "benchmarks"
+    published = sorted({path for pattern in PUBLISHED_RESULTS for path in benchmarks.glob(pattern)})
+    for path in published:
+        uri = path.relative_to(ROOT).as_posix()
+        if files.get_file_from_path(uri) is None:
+            files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files

@@ -10,10 +10,13 @@ of that one file, oldest first, gives every version the package has had and wher
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
+import tarfile
 import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 import workspace
 
@@ -63,6 +66,19 @@ def last_release(folder: str, rev: str = "HEAD") -> Release | None:
     """The release of the version the package has in `rev`."""
     version = version_at(folder, rev)
     return release_of(folder, version, rev) if version else None
+
+
+def extract(folder: str, commit: str, destination: Path) -> Path:
+    """Write the package's folder as it was in `commit` under `destination`; returns its path."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", commit, f"packages/{folder}"],
+        cwd=workspace.ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(destination, filter="data")
+    return destination / "packages" / folder
 
 
 def main(argv: list[str]) -> int:

@@ -57,3 +57,11 @@ def test_history_is_read_as_of_a_revision(repo):
     assert releases.releases("demo", rev=first) == [releases.Release("0.1.0", first)]
     assert releases.version_at("demo", first) == "0.1.0"
     assert releases.version_at("missing", first) is None
+
+
+def test_a_release_is_extracted_as_it_was(repo, tmp_path):
+    first = repo("0.1.0")
+    repo("0.2.0")
+    folder = releases.extract("demo", first, tmp_path / "out")
+    assert 'version = "0.1.0"' in (folder / "pyproject.toml").read_text()
+    assert (folder / "module.py").read_text() == "# 0.1.0 0\n"
