@@ -74,6 +74,20 @@ def test_empty_sources_are_errors(tmp_path):
         dl.lm_batches([], seq_len=8, batch_size=1)
 
 
+def test_an_empty_data_file_is_an_error_naming_it(tmp_path):
+    empty = tmp_path / "train.txt"
+    empty.write_text("")
+    blank = tmp_path / "blank.txt"
+    blank.write_text(" \n\n\t\n")
+    for unit in ("file", "line"):
+        with pytest.raises(dl.EmptySourceError, match=str(empty)):
+            dl.TextSource(str(empty), unit=unit)
+    with pytest.raises(dl.EmptySourceError, match=r"blank\.txt.*train\.txt"):
+        dl.TextSource(str(tmp_path / "*.txt"))
+    (tmp_path / "docs.txt").write_text("one document")
+    assert len(dl.TextSource(str(tmp_path / "*.txt"))) == 3  # one good file is enough
+
+
 def test_array_record_round_trip(tmp_path):
     path = tmp_path / "docs.array_record"
     docs = [f"record {i}" for i in range(10)]

@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 
-from jaxstack.datalib._src import badrecords
+from jaxstack.datalib._src import atomic, badrecords
 from jaxstack.datalib._src.errors import ConfigError, EmptySourceError, SourceError
 from jaxstack.datalib._src.sources import resolve_paths
 
@@ -66,23 +66,21 @@ class ArrayRecordSource:
 
 
 def write_array_record(path: str | os.PathLike, documents: Iterable[str | bytes]) -> int:
-    """Write documents to one ArrayRecord file (written to a temp name, then renamed).
+    """Write documents to one ArrayRecord file (atomically: a temporary name, then renamed).
 
     Returns the number of records written.
     """
     from array_record.python import array_record_module
 
-    path = os.fspath(path)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    writer = array_record_module.ArrayRecordWriter(tmp, "group_size:1")
     count = 0
-    try:
-        for doc in documents:
-            writer.write(doc.encode("utf-8") if isinstance(doc, str) else doc)
-            count += 1
-    finally:
-        writer.close()
-    os.replace(tmp, path)
+    with atomic.replacing(path) as tmp:
+        writer = array_record_module.ArrayRecordWriter(str(tmp), "group_size:1")
+        try:
+            for doc in documents:
+                writer.write(doc.encode("utf-8") if isinstance(doc, str) else doc)
+                count += 1
+        finally:
+            writer.close()
     return count
 
 

@@ -41,6 +41,29 @@ def resolve_paths(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> lis
     return out
 
 
+def _is_blank_file(path: str) -> bool:
+    """Empty or whitespace only (a file that cannot be read is reported when it is read)."""
+    try:
+        size = os.path.getsize(path)
+        if size > 4096:  # a real document, or a corner case not worth reading here
+            return False
+        with open(path, "rb") as f:
+            return not f.read().strip()
+    except OSError:
+        return False
+
+
+def _require_text(paths: list[str]) -> None:
+    """Refuse files that hold no text at all: training on them silently yields nan losses."""
+    if not all(_is_blank_file(p) for p in paths):
+        return
+    fix = "point the source at files with text"
+    if len(paths) == 1:
+        raise EmptySourceError(f"holds no documents (empty or blank); {fix}", path=paths[0])
+    named = ", ".join(paths[:3]) + (f" and {len(paths) - 3} more" if len(paths) > 3 else "")
+    raise EmptySourceError(f"all {len(paths)} files hold no documents (empty or blank): {named}")
+
+
 def _require_documents(n: int, what: str) -> None:
     if n == 0:
         raise EmptySourceError(f"{what} holds no documents; check the paths and filters")
@@ -101,6 +124,7 @@ class _LineRecords:
 
     def __init__(self, paths, on_error: OnError, kind: str):
         self.paths = resolve_paths(paths)
+        _require_text(self.paths)
         self._bad = BadRecords(on_error)
         self._index = _LineIndex(self.paths, self._bad)
         _require_documents(len(self._index), f"{kind}({self.paths[0]!r}, ...)")
@@ -151,6 +175,7 @@ class TextSource:
         else:
             self._lines = None
             self.paths = resolve_paths(paths)
+            _require_text(self.paths)
             self._bad = BadRecords(on_error)
 
     @property

@@ -1,16 +1,22 @@
 """Grain's multi-process prefetch made safe for library use.
 
-Two things stand between `mp_prefetch` and a plain Python program: it reads absl flags (and
-fails if the program never parsed them), and an iterator left to the garbage collector at
-interpreter exit prints tracebacks and leaks shared memory. `ensure_absl_flags` marks the flags
-parsed with their defaults when nobody parsed them; `register`/`close_all` close every live
-worker-backed iterator at exit, before module teardown.
+Three things stand between `mp_prefetch` and a plain Python program: it reads absl flags (and
+fails if the program never parsed them); an iterator left to the garbage collector at
+interpreter exit prints tracebacks and leaks shared memory; and a program killed by a signal
+(SIGKILL, or SIGTERM without a handler) runs no clean-up at all, so its workers, and the
+multiprocessing resource tracker they keep alive, would run on as orphans. `ensure_absl_flags`
+marks the flags parsed with their defaults when nobody parsed them; `register`/`close_all`
+close every live worker-backed iterator at exit, before module teardown; and every worker
+watches its parent (`exit_with_parent`) and exits when it is gone, whatever ended it.
 """
 
 from __future__ import annotations
 
 import atexit
 import gc
+import multiprocessing
+import os
+import threading
 import weakref
 from typing import Protocol
 
@@ -46,6 +52,25 @@ def ensure_absl_flags() -> None:
     nojax.mark_children()
 
 
+def exit_with_parent(worker_index: int, worker_count: int) -> None:
+    """Grain worker initialiser: end this worker as soon as the process that started it ends.
+
+    `multiprocessing.parent_process()` holds the read end of a pipe whose write end only the
+    parent has; the kernel closes it when the parent dies, however it dies, which wakes the
+    waiting thread (no polling, and unlike PR_SET_PDEATHSIG it does not depend on which of the
+    parent's threads started the worker: Grain starts them from a thread pool).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()
+        os._exit(0)  # the parent is gone: nobody reads what this worker would produce
+
+    threading.Thread(target=watch, name="datalib-parent-watch", daemon=True).start()
+
+
 def in_workers(
     dataset: grain.IterDataset, num_workers: int, buffer_size: int = DEFAULT_WORKER_BUFFER
 ) -> grain.IterDataset:
@@ -57,7 +82,7 @@ def in_workers(
     options = grain.MultiprocessingOptions(
         num_workers=num_workers, per_worker_buffer_size=buffer_size
     )
-    return dataset.mp_prefetch(options)
+    return dataset.mp_prefetch(options, worker_init_fn=exit_with_parent)
 
 
 def register(iterator: _Closable) -> None:
