@@ -76,3 +76,63 @@ def test_cli_report_and_export_of_a_logdir(tmp_path, capsys):
     capsys.readouterr()
     assert main(["report", str(tmp_path / "missing")]) == 2
     assert "xplane" in capsys.readouterr().err
+
+
+def traced_logdir(path, *, save_hlo):
+    step = jax.jit(train_step)
+    jax.block_until_ready(step(PARAMS, X, Y))
+    with xprof_lite.trace(path) as cap, xprof_lite.step_annotation(0):
+        jax.block_until_ready(step(PARAMS, X, Y))
+    if save_hlo:
+        cap.save_hlo(step, PARAMS, X, Y)
+    return path
+
+
+def top_ops_sources(markdown):
+    section = markdown.split("## Top ops", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| ")][1:]
+    return [row.strip("| ").split(" | ")[-1] for row in rows]
+
+
+def test_top_ops_source_column_keeps_the_start_of_a_name_or_marks_the_cut(tmp_path):
+    def train_step_of_a_model_with_a_long_name(params, x, y):
+        return train_step(params, x, y)
+
+    paths = xprof_lite.report(
+        train_step_of_a_model_with_a_long_name, PARAMS, X, Y, out_dir=tmp_path, runs=1, peak=PEAK
+    )
+    sources = [s for s in top_ops_sources(paths["markdown"].read_text()) if s != "-"]
+    assert sources and any(s.startswith("…") for s in sources)  # long names are cut here
+    assert all(s.startswith(("jit(", "…")) for s in sources), sources
+
+
+def test_report_without_saved_hlo_says_flops_were_not_captured(tmp_path):
+    logdir = traced_logdir(tmp_path / "log", save_hlo=False)
+    out = tmp_path / "out"
+    assert main(["report", str(logdir), "--out", str(out), "--peak-flops", "1e11",
+                 "--peak-bandwidth", "1e10"]) == 0  # fmt: skip
+    markdown = (out / "report.md").read_text()
+    summary = markdown.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    assert "| FLOPs per run | not captured" in summary
+    assert "| fraction of peak FLOP/s | not captured" in summary
+    assert "| achieved FLOP/s | not captured" in summary
+    assert "| 0 FLOP" not in summary and "0.0%" not in summary
+
+
+def test_cli_refuses_unreadable_xplane_files_and_a_file_path_in_one_line(tmp_path, capsys):
+    good = next(traced_logdir(tmp_path / "good", save_hlo=False).rglob("*.xplane.pb"))
+    data = good.read_bytes()
+    for name, content in [("truncated", data[: len(data) // 2]), ("empty", b""),
+                          ("corrupt", bytes(range(256)) * 8)]:  # fmt: skip
+        run = tmp_path / name / "plugins" / "profile" / "2026_01_01_00_00_00"
+        run.mkdir(parents=True)
+        (run / "host.xplane.pb").write_bytes(content)
+        capsys.readouterr()
+        assert main(["report", str(tmp_path / name)]) == 2, name
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "host.xplane.pb" in err, err
+        assert not list((tmp_path / name).glob("report.*")), name  # nothing written
+    capsys.readouterr()
+    assert main(["report", str(good)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a file" in err and "--out" in err, err

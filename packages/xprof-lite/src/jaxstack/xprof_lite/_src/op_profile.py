@@ -74,6 +74,8 @@ class OpProfile:
     module_runs: int = 0
     xla_cost: dict | None = None
     memory: dict | None = None
+    # False for a module seen only in a trace (no HLO saved): its ops have times, not FLOPs.
+    hlo_captured: bool = True
 
     @property
     def total_flops(self) -> float:
@@ -122,8 +124,9 @@ class OpProfile:
         return {
             "module": self.module,
             "module_runs": self.module_runs,
-            "total_flops": self.total_flops,
-            "total_bytes": self.total_bytes,
+            "hlo_captured": self.hlo_captured,
+            "total_flops": self.total_flops if self.hlo_captured else None,
+            "total_bytes": self.total_bytes if self.hlo_captured else None,
             "xla_cost": self.xla_cost,
             "memory": self.memory,
             "by_category": self.by_category(),
@@ -289,5 +292,5 @@ def profile_from_trace(data, hlo_texts: list[str] = ()) -> list[OpProfile]:
             )
             for op, t in entries
         ]
-        profiles.append(OpProfile(module, ops, module_runs=runs))
+        profiles.append(OpProfile(module, ops, module_runs=runs, hlo_captured=False))
     return profiles

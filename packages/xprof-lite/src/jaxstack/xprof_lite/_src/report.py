@@ -104,10 +104,16 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
+NOT_CAPTURED = "not captured (save the HLO with Capture.save_hlo)"
+
+
 def _summary_rows(r: Report) -> list[tuple[str, str]]:
-    flops = sum(p.total_flops for p in r.profiles)
-    nbytes = sum(p.total_bytes for p in r.profiles)
+    # FLOPs and bytes come from saved HLO only; a module seen only in the trace has times.
+    counted = [p for p in r.profiles if p.hlo_captured]
+    flops = sum(p.total_flops for p in counted)
+    nbytes = sum(p.total_bytes for p in counted)
     time_ns = sum(p.total_time_ns for p in r.profiles)
+    counted_ns = sum(p.total_time_ns for p in counted)
     rows = [
         ("device", f"{r.peak.name} ({r.peak.source})"),
         ("peak FLOP/s", _fmt(r.peak.flops_per_s, "FLOP/s")),
@@ -115,14 +121,18 @@ def _summary_rows(r: Report) -> list[tuple[str, str]]:
         ("ridge intensity", f"{r.peak.ridge_intensity:.1f} FLOP/B"),
         ("modules", ", ".join(p.module for p in r.profiles) or "-"),
         ("ops", str(sum(len(p.ops) for p in r.profiles))),
-        ("FLOPs per run", _fmt(flops, "FLOP")),
-        ("bytes per run", _fmt(nbytes, "B")),
+        ("FLOPs per run", _fmt(flops, "FLOP") if counted else NOT_CAPTURED),
+        ("bytes per run", _fmt(nbytes, "B") if counted else NOT_CAPTURED),
     ]
     if time_ns:
+        rows.append(("measured op time per run", _fmt_ns(time_ns)))
+        achieved = flops / (counted_ns * 1e-9) if counted_ns else None
         rows += [
-            ("measured op time per run", _fmt_ns(time_ns)),
-            ("achieved FLOP/s", _fmt(flops / (time_ns * 1e-9), "FLOP/s")),
-            ("fraction of peak FLOP/s", _pct(flops / (time_ns * 1e-9) / r.peak.flops_per_s)),
+            ("achieved FLOP/s", NOT_CAPTURED if achieved is None else _fmt(achieved, "FLOP/s")),
+            (
+                "fraction of peak FLOP/s",
+                NOT_CAPTURED if achieved is None else _pct(achieved / r.peak.flops_per_s),
+            ),
         ]
     if r.steps:
         mean = sum(s.total_ms for s in r.steps) / len(r.steps)
@@ -137,16 +147,25 @@ def _top_rows(r: Report) -> list[list[str]]:
         key=lambda o: (o.time_ns or 0.0, o.total_flops),
         reverse=True,
     )[: r.top_n]
+    captured = {p.module for p in r.profiles if p.hlo_captured}
     rows = []
     for op in ops:
         p = points.get((op.name, op.category))
+        known = op.module in captured
         rows.append([
-            op.name, op.category, op.opcode, op.shape[:32], _fmt(op.total_flops),
-            _fmt(op.total_bytes, "B"), f"{op.intensity:.2f}" if p else "-",
+            op.name, op.category, op.opcode, op.shape[:32],
+            _fmt(op.total_flops) if known else "not captured",
+            _fmt(op.total_bytes, "B") if known else "not captured",
+            f"{op.intensity:.2f}" if p else "-",
             p.bound if p else "-", _fmt_ns(op.time_ns),
-            _pct(p.achieved_fraction if p else None), op.op_name[-48:],
+            _pct(p.achieved_fraction if p else None), _tail(op.op_name, 48),
         ])  # fmt: skip
     return rows
+
+
+def _tail(text: str, width: int) -> str:
+    """The end of a long op name (its most specific part), marked as cut with a leading …."""
+    return text if len(text) <= width else "…" + text[-(width - 1) :]
 
 
 TOP_HEADER = [
@@ -162,8 +181,10 @@ def _category_rows(r: Report) -> list[list[str]]:
             for k in g:
                 totals[c][k] += g[k]
     all_time = sum(g["time_ns"] for g in totals.values()) or None
+    captured = any(p.hlo_captured for p in r.profiles)
     return [
-        [c, str(int(g["ops"])), _fmt(g["flops"]), _fmt(g["bytes"], "B"),
+        [c, str(int(g["ops"])), _fmt(g["flops"]) if captured else "not captured",
+         _fmt(g["bytes"], "B") if captured else "not captured",
          _fmt_ns(g["time_ns"] if all_time else None),
          _pct(g["time_ns"] / all_time if all_time else None)]
         for c, g in totals.items()
@@ -333,7 +354,16 @@ def report_logdir(
     peak: DevicePeak | None = None,
 ) -> dict[str, Path]:
     """Report on a captured trace (its newest run); per-op FLOPs where HLO text was saved with
-    `Capture.save_hlo`, measured times for everything. Writes into `out_dir` (default: logdir)."""
+    `Capture.save_hlo`, measured times for everything. Writes into `out_dir` (default: logdir).
+
+    `logdir` may also be a run directory or an `.xplane.pb` file; a file needs `out_dir` (the
+    report never goes where the input file is).
+    """
+    if out_dir is None and Path(logdir).is_file():
+        raise Error(
+            f"{str(logdir)!r} is a file; pass the logdir given to xprof_lite.trace(logdir), "
+            "or give --out DIR for the report"
+        )
     data = tracefile.load(logdir)
     profiles = profile_from_trace(data, saved_hlo_texts(logdir))
     result = Report(

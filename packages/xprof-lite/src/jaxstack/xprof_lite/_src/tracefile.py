@@ -45,10 +45,23 @@ def find_xplane(path: str | os.PathLike) -> Path:
 
 
 def load(source: ProfileData | str | os.PathLike) -> ProfileData:
-    """A `ProfileData` from itself, an xplane file, a run directory or a logdir."""
+    """A `ProfileData` from itself, an xplane file, a run directory or a logdir.
+
+    An empty, truncated or corrupt file is an `Error` naming it, not a parser traceback: a
+    capture that was killed or ran out of disk leaves such files behind.
+    """
     if isinstance(source, ProfileData):
         return source
-    return ProfileData.from_file(str(find_xplane(source)))
+    path = find_xplane(source)
+    if path.stat().st_size == 0:
+        raise Error(f"{str(path)!r} is empty (0 bytes): the capture did not finish; capture again")
+    try:
+        return ProfileData.from_file(str(path))
+    except RuntimeError as e:  # what the XSpace parser raises for bytes it cannot read
+        raise Error(
+            f"{str(path)!r} is not a readable XSpace profile (truncated or corrupt: {e}); "
+            "capture again"
+        ) from e
 
 
 @dataclasses.dataclass(frozen=True)
