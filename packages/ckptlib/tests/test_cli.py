@@ -24,7 +24,7 @@ def test_console_script_is_declared():
 def test_ls_and_inspect(run_dir, capsys):
     assert main(["ls", str(run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "10  ok" in out and "20  ok" in out and "loss=1.25" in out
+    assert "10  sizes ok" in out and "20  sizes ok" in out and "loss=1.25" in out
     assert main(["inspect", str(run_dir), "--step", "10"]) == 0
     out = capsys.readouterr().out
     assert "step 10" in out
@@ -53,3 +53,24 @@ def test_export_and_clear_errors(run_dir, tmp_path, capsys):
     assert "missing does not exist" in capsys.readouterr().err
     assert main(["verify", str(run_dir), "--step", "7"]) == 2
     assert "no checkpoint of step 7" in capsys.readouterr().err
+
+
+def test_verify_of_a_folder_without_checkpoints_fails_and_points_at_them(run_dir, capsys):
+    parent = run_dir.parent  # e.g. the run directory instead of its checkpoints folder
+    assert main(["verify", str(parent)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert f"no checkpoint in {parent}" in err and str(run_dir) in err
+
+
+def test_ls_says_what_it_checked_and_verify_finds_flipped_bits(run_dir, capsys):
+    from test_integrity import flip_a_byte
+
+    flip_a_byte(run_dir / "step_00000020")
+    assert main(["ls", str(run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "sizes only" in out and "--verify" in out
+    assert "20  ok" not in out and "20  sizes ok" in out
+    assert main(["ls", "--verify", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "10  ok" in out and "20  DAMAGED" in out and "sha256" in out

@@ -4,6 +4,7 @@ import pytest
 from ckptlib_testutil import assert_trees_equal, make_state
 
 from jaxstack.ckptlib import (
+    CheckpointDamagedWarning,
     CheckpointFallbackWarning,
     CheckpointManager,
     CheckpointNotFoundError,
@@ -69,7 +70,8 @@ def test_truncated_or_manifestless_steps_are_skipped(two_steps):
     root, _ = two_steps
     data = next(p for p in (root / "step_00000002" / "state").rglob("*") if p.is_file())
     data.write_bytes(data.read_bytes()[:-3])
-    mgr = CheckpointManager(root)
+    with pytest.warns(CheckpointDamagedWarning, match="step 2 .* moved to .*older good"):
+        mgr = CheckpointManager(root)
     assert mgr.latest_step() == 1
     (root / "step_00000001" / "manifest.json").unlink()
     assert mgr.latest_step() is None and mgr.all_steps() == []

@@ -110,7 +110,7 @@ def test_failed_async_save_is_reported_and_never_committed(tmp_path, state):
     with pytest.raises(CheckpointSaveError, match=r"step 2.*No space left"):
         mgr.wait()
     assert mgr.latest_step() == 1
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step_00000001"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["save-errors.log", "step_00000001"]
     mgr._before_commit_hook = None
     mgr.save(3, state)  # the manager is still usable
     mgr.close()

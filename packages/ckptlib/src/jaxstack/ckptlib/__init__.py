@@ -14,6 +14,11 @@ from jaxstack.ckptlib._src.catalog import (
     read_manifest,
     verify_checkpoints,
 )
+from jaxstack.ckptlib._src.damage import (
+    CheckpointDamagedWarning,
+    CheckpointFallbackWarning,
+    DamagedCheckpoint,
+)
 from jaxstack.ckptlib._src.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
@@ -23,12 +28,13 @@ from jaxstack.ckptlib._src.errors import (
     TargetMismatchError,
 )
 from jaxstack.ckptlib._src.interop import export_params, restore_orbax
-from jaxstack.ckptlib._src.manager import CheckpointFallbackWarning, CheckpointManager, Restored
+from jaxstack.ckptlib._src.manager import CheckpointManager, Restored
 from jaxstack.ckptlib._src.manifest import VerificationResult
 from jaxstack.ckptlib._src.preemption import PreemptionHandler, resume
 from jaxstack.ckptlib._src.safetensors import load_safetensors, save_safetensors
 
 __all__ = [
+    "CheckpointDamagedWarning",
     "CheckpointExistsError",
     "CheckpointFallbackWarning",
     "CheckpointInfo",
@@ -36,6 +42,7 @@ __all__ = [
     "CheckpointNotFoundError",
     "CheckpointSaveError",
     "CorruptCheckpointError",
+    "DamagedCheckpoint",
     "Error",
     "PreemptionHandler",
     "Restored",

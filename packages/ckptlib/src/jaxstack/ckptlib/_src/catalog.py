@@ -19,7 +19,8 @@ class CheckpointInfo:
     Attributes:
       step: the step number.
       path: its directory.
-      ok: manifest readable and all files present with their sizes (`verify` reads the bytes).
+      ok: manifest readable and all files present with their sizes (and, when listed with
+        `verify=True`, their hashes).
       problems: what is wrong when not ok.
       size_bytes: total size of its files per the manifest (0 when unreadable).
       metrics: the metrics saved with it.
@@ -44,13 +45,37 @@ def _require_dir(directory: str | os.PathLike[str]) -> Path:
     return path
 
 
-def list_checkpoints(directory: str | os.PathLike[str]) -> list[CheckpointInfo]:
-    """Every committed step directory in `directory`, ascending, with a quick check each."""
+def missing_checkpoints_message(root: Path) -> str:
+    """`no checkpoint in ROOT`, pointing at the folders below it that hold checkpoints."""
+    found = [
+        p
+        for p in sorted(root.glob("*")) + sorted(root.glob("*/*"))
+        if p.is_dir() and layout.committed_steps(p)
+    ]
+    if found:
+        where = ", ".join(str(p) for p in found[:3])
+        return f"no checkpoint in {root}; checkpoints found in: {where}"
+    return (
+        f"no checkpoint in {root}: a checkpoint folder holds {layout.STEP_PREFIX}NNNNNNNN "
+        "directories (for a jaxstack-train run: RUN_DIR/checkpoints)"
+    )
+
+
+def list_checkpoints(
+    directory: str | os.PathLike[str], *, verify: bool = False
+) -> list[CheckpointInfo]:
+    """Every committed step directory in `directory`, ascending, each checked.
+
+    Args:
+      directory: a checkpoint directory.
+      verify: recompute every file's hash (reads every byte: finds flipped bits too); by
+        default only the manifest and the file sizes are checked.
+    """
     root = _require_dir(directory)
     infos = []
     for step in layout.committed_steps(root):
         path = layout.step_dir(root, step)
-        check = manifest.quick_check(path)
+        check = manifest.verify(path) if verify else manifest.quick_check(path)
         try:
             record = manifest.load(path)
         except (OSError, ValueError):
@@ -89,9 +114,16 @@ def read_manifest(directory: str | os.PathLike[str], step: int | None = None) ->
 def verify_checkpoints(
     directory: str | os.PathLike[str], step: int | None = None
 ) -> list[VerificationResult]:
-    """Recompute content hashes of `step`, or of every committed step when None."""
+    """Recompute content hashes of `step`, or of every committed step when None.
+
+    Raises:
+      CheckpointNotFoundError: `directory` holds no checkpoint (the message names the folders
+        below it that do), or no checkpoint of `step`.
+    """
     root = _require_dir(directory)
     steps = layout.committed_steps(root)
+    if not steps:
+        raise CheckpointNotFoundError(missing_checkpoints_message(root))
     if step is not None:
         if step not in steps:
             raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")

@@ -1,8 +1,9 @@
 """`jaxstack-ckpt`: look into, check and export checkpoints from the shell.
 
-    jaxstack-ckpt ls DIR                      steps, status, size, metrics
+    jaxstack-ckpt ls DIR [--verify]           steps, status, size, metrics (--verify: hashes)
     jaxstack-ckpt inspect DIR [--step N]      tree paths, shapes, dtypes, sizes, versions
-    jaxstack-ckpt verify DIR [--step N]       recompute content hashes (exit 1 if any is bad)
+    jaxstack-ckpt verify DIR [--step N]       recompute content hashes (exit 1 if any is bad,
+                                              2 if DIR holds no checkpoint)
     jaxstack-ckpt export-safetensors DIR OUT [--step N] [--subtree params|--all]
 
 Everything is read-only on DIR and safe while a job is writing to it.
@@ -14,10 +15,16 @@ import argparse
 import datetime
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
-from jaxstack.ckptlib._src.catalog import list_checkpoints, read_manifest, verify_checkpoints
+from jaxstack.ckptlib._src.catalog import (
+    list_checkpoints,
+    missing_checkpoints_message,
+    read_manifest,
+    verify_checkpoints,
+)
 from jaxstack.ckptlib._src.errors import Error
 
 
@@ -30,10 +37,18 @@ def _size(n: float) -> str:
 
 
 def _ls(args: argparse.Namespace) -> int:
-    infos = list_checkpoints(args.directory)
+    infos = list_checkpoints(args.directory, verify=args.verify)
     if not infos:
-        print(f"no checkpoints in {args.directory}")
+        print(missing_checkpoints_message(Path(args.directory)))
         return 0
+    if args.verify:
+        print("checked: every file's sha256 against the manifest")
+    else:
+        print(
+            "checked: manifest and file sizes only (flipped bits pass); "
+            f"`jaxstack-ckpt ls --verify {args.directory}` hashes every file"
+        )
+    ok = "ok" if args.verify else "sizes ok"
     print(f"{'step':>10}  {'status':8}  {'size':>10}  {'created (UTC)':19}  metrics")
     for info in infos:
         created = (
@@ -44,11 +59,11 @@ def _ls(args: argparse.Namespace) -> int:
             else "-"
         )
         metrics = ", ".join(f"{k}={v:.6g}" for k, v in info.metrics.items() if v is not None)
-        status = "ok" if info.ok else "DAMAGED"
+        status = ok if info.ok else "DAMAGED"
         print(f"{info.step:>10}  {status:8}  {_size(info.size_bytes):>10}  {created:19}  {metrics}")
         for problem in info.problems:
             print(f"{'':>12}{problem}")
-    return 0
+    return 1 if args.verify and not all(info.ok for info in infos) else 0
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -78,8 +93,6 @@ def _verify(args: argparse.Namespace) -> int:
         for problem in r.problems:
             print(f"    {problem}")
         bad += not r.ok
-    if not results:
-        print(f"no checkpoints in {args.directory}")
     return 1 if bad else 0
 
 
@@ -95,8 +108,11 @@ def _export(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jaxstack-ckpt", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("ls", help="list checkpoints")
+    p = sub.add_parser("ls", help="list checkpoints (checks sizes; --verify hashes)")
     p.add_argument("directory")
+    p.add_argument(
+        "--verify", action="store_true", help="recompute every file's hash (exit 1 if damaged)"
+    )
     p.set_defaults(func=_ls)
     p = sub.add_parser("inspect", help="tree, shapes, dtypes, sizes of one checkpoint")
     p.add_argument("directory")

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib._src import multihost, restore, tree
+from jaxstack.ckptlib._src import multihost, paths, restore, tree
 from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 from jaxstack.ckptlib._src.manager import CheckpointManager
 from jaxstack.ckptlib._src.safetensors import NameMap, save_safetensors
@@ -49,9 +49,7 @@ def restore_orbax(
     sub = saved_tree
     for part in prefix:
         sub = sub[int(part)] if isinstance(sub, list) else sub[part]
-    return jax.tree_util.tree_map_with_path(
-        lambda keys, _: flat[tuple(tree.key_name(k) for k in keys)], sub
-    )
+    return jax.tree_util.tree_map_with_path(lambda keys, _: flat[paths.key_names(keys)], sub)
 
 
 def export_params(

@@ -9,6 +9,9 @@
         manifest.json             step, tree, shapes, dtypes, versions, metrics, file sha256s
       .tmp-step_00000200/         a save in progress (or the leftovers of a crashed one)
       .tmp-delete-step_00000050/  a checkpoint being deleted by retention
+      damaged/step_00000300.20261201T120000Z/
+                                  a step that failed its check, moved aside for inspection
+      save-errors.log             what Orbax and the OS said about failed saves
 
 The commit point is the rename of `.tmp-step_N` to `step_N`; rename of a directory is atomic on
 POSIX filesystems, so a step either exists whole (with its manifest) or not at all.
@@ -16,10 +19,14 @@ POSIX filesystems, so a step either exists whole (with its manifest) or not at a
 
 from __future__ import annotations
 
+import contextlib
+import datetime
 import json
 import os
 import re
 import shutil
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +37,8 @@ STATE_DIR = "state"
 DATA_STATE_FILE = "data_state.json"
 METADATA_FILE = "metadata.json"
 MANIFEST_FILE = "manifest.json"
+DAMAGED_DIR = "damaged"
+ERROR_LOG = "save-errors.log"
 _STEP_RE = re.compile(rf"^{STEP_PREFIX}(\d+)$")
 
 
@@ -85,6 +94,12 @@ def remove_tree(path: Path) -> None:
     shutil.rmtree(doomed, ignore_errors=True)
 
 
+def remove_tree_quietly(path: Path) -> None:
+    """`remove_tree`, leaving what it cannot remove to the next start's clean-up."""
+    with contextlib.suppress(OSError):
+        remove_tree(path)
+
+
 def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -93,14 +108,45 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def move_aside(directory: Path, step: int) -> Path:
+    """Move a damaged step to `damaged/` (kept for inspection, out of every listing)."""
+    aside = directory / DAMAGED_DIR
+    aside.mkdir(exist_ok=True)
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
+    target = aside / f"{step_name(step)}.{stamp}"
+    for n in range(1, 1000):
+        if not target.exists():
+            break
+        target = aside / f"{step_name(step)}.{stamp}-{n}"
+    os.rename(step_dir(directory, step), target)
+    fsync_dir(directory)
+    return target
+
+
+@contextlib.contextmanager
+def atomic_file(path: Path) -> Iterator[Path]:
+    """Yield a unique temporary path beside `path` for the caller to write; on success it is
+    fsynced and renamed over `path`, so readers see the old file or the whole new one; on
+    failure it is removed. (Unique per process and call, so concurrent writers never share it;
+    created by the caller, so it gets the usual permissions, unlike a mkstemp file.)"""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
+    try:
+        yield tmp
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_json(path: Path, obj: Any) -> None:
-    """Write JSON durably: temporary file, fsync, rename."""
-    tmp = path.with_name(f"{path.name}.tmp")
-    with open(tmp, "w") as f:
+    """Write JSON durably and atomically."""
+    with atomic_file(path) as tmp, open(tmp, "w") as f:
         json.dump(obj, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_json(path: Path) -> Any:

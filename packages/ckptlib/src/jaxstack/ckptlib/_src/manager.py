@@ -3,30 +3,25 @@
 One `save(step, state, data_state=..., metadata=...)` writes one consistent snapshot:
 
 1. (caller's thread) the state's arrays are handed to Orbax, which copies them to host memory
-   and returns; NumPy leaves are copied; the JSON parts are validated and written. The training
-   loop continues from here.
-2. (background thread) Orbax/TensorStore write the arrays (each process its own shards) into
-   `.tmp-step_N/state`; then process 0 hashes every file, writes `manifest.json`, fsyncs and
-   renames `.tmp-step_N` to `step_N`. That rename is the commit point; retention runs after it.
+   and returns; NumPy leaves are copied; the JSON parts are validated and written
+   (snapshot.py, commit.py). The training loop continues from here.
+2. (background thread, writer.py) Orbax/TensorStore write the arrays (each process its own
+   shards) into `.tmp-step_N/state`; then process 0 hashes every file, writes `manifest.json`,
+   fsyncs and renames `.tmp-step_N` to `step_N` (commit.py). That rename is the commit point;
+   retention runs after it (retention.py).
 
 Everything that reads (`latest_step`, `all_steps`, `restore`) only ever looks at renamed
 directories whose manifest checks out, so an uncommitted, cancelled, failed or killed save is
-never reported, and its temporary directory is removed on the next start.
+never reported, and its temporary directory is removed on the next start. A committed step that
+fails its check is moved to `damaged/` (damage.py), so the run can save that step again.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
-import json
-import logging
-import math
+import functools
 import os
-import threading
-import time
 import warnings
-import weakref
 import zlib
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,22 +29,22 @@ from typing import Any
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib._src import layout, manifest, multihost, restore, retention, tree
+from jaxstack.ckptlib._src import commit, damage, layout, manifest, multihost, restore, snapshot
+from jaxstack.ckptlib._src.damage import (
+    CheckpointDamagedWarning,
+    CheckpointFallbackWarning,
+    DamagedCheckpoint,
+)
 from jaxstack.ckptlib._src.errors import (
     CheckpointExistsError,
     CheckpointNotFoundError,
-    CheckpointSaveError,
     CorruptCheckpointError,
     Error,
 )
 from jaxstack.ckptlib._src.manifest import VerificationResult
-from jaxstack.ckptlib._src.versions import package_versions
-
-
-class CheckpointFallbackWarning(UserWarning):
-    """restore() skipped a newer checkpoint that failed verification and used an older one."""
+from jaxstack.ckptlib._src.retention import RetentionPolicy, delete_dropped
+from jaxstack.ckptlib._src.writer import StepWriter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,53 +65,6 @@ class Restored:
     metadata: Any
 
 
-@dataclasses.dataclass
-class _PendingSave:
-    step: int
-    thread: threading.Thread | None = None
-    error: BaseException | None = None
-
-
-def _json_snapshot(value: Any, name: str) -> Any:
-    """A deep copy through JSON, so later mutation by the caller cannot change the checkpoint."""
-    if value is None:
-        return None
-    try:
-        return json.loads(json.dumps(value, allow_nan=False))
-    except (TypeError, ValueError) as e:
-        raise Error(
-            f"{name} must be JSON-serialisable (dicts, lists, str, int, finite float, bool, None); "
-            f"{e}. Convert arrays with .tolist() and objects to dicts before saving."
-        ) from e
-
-
-def _snapshot_leaf(path: tree.Path, leaf: Any) -> Any:
-    leaf = tree.storage_form(leaf)
-    if isinstance(leaf, jax.Array):
-        return leaf  # immutable; Orbax copies it to host before save() returns
-    if isinstance(leaf, np.ndarray | np.generic):
-        return np.array(leaf, copy=True)
-    if isinstance(leaf, bool | int | float):
-        return np.asarray(leaf)
-    raise Error(
-        f"leaf {tree.path_str(path)!r} has type {type(leaf).__name__}; a checkpointed state may "
-        "hold jax/numpy arrays and Python scalars only (no pickled objects)"
-    )
-
-
-def _warn_at_exit(manager_ref: weakref.ref) -> None:
-    """Say so when a process exits with a save in flight (it cannot finish during shutdown)."""
-    manager = manager_ref()
-    pending = manager._pending if manager is not None else None
-    if pending is not None and pending.thread is not None and pending.thread.is_alive():
-        logging.getLogger(__name__).warning(
-            "the process exits while step %d is still being saved to %s: that step will not be "
-            "committed. Call wait() or close() (or use `with CheckpointManager(...)`) before exit.",
-            pending.step,
-            manager.directory,
-        )
-
-
 class CheckpointManager:
     """Saves and restores training state in `directory`, one subdirectory per step.
 
@@ -131,8 +79,14 @@ class CheckpointManager:
       create: create `directory` if it does not exist (otherwise a missing one is an error).
       verify_on_restore: recompute content hashes before restoring (and fall back to the previous
         good checkpoint if they do not match).
-      read_only: only read (no tmp-dir cleanup, `save` refused): safe to open a directory that
-        a running job is writing to.
+      read_only: only read (no clean-up, nothing moved, `save` refused): safe to open a
+        directory that a running job is writing to.
+
+    Attributes:
+      damaged: the steps this manager moved to `<directory>/damaged/` because they failed their
+        check (on opening: missing or truncated files; in `restore`: changed bytes too). Each
+        move is also reported by a CheckpointDamagedWarning or CheckpointFallbackWarning.
+      removed_tmp_dirs: leftovers of unfinished saves removed on opening.
 
     Example:
       >>> with CheckpointManager("/tmp/run/ckpt", max_to_keep=3) as mgr:  # doctest: +SKIP
@@ -158,23 +112,20 @@ class CheckpointManager:
         read_only: bool = False,
     ) -> None:
         self._directory = Path(os.fspath(directory)).absolute()
-        self._policy = retention.RetentionPolicy(
+        self._policy = RetentionPolicy(
             max_to_keep, keep_every_n_steps, best_n, best_metric, best_mode
         )
-        self._async = async_save
         self._verify_on_restore = verify_on_restore
-        self._pending: _PendingSave | None = None
+        self._read_only = read_only
         self._bad: dict[int, VerificationResult] = {}
         self._save_count = 0
         self._closed = False
-        self._exit_hook_registered = False
         # Barrier names must never repeat; every process creates its managers in the same order.
         CheckpointManager._instances += 1
         self._barrier_prefix = (
             f"jaxstack_ckptlib.{zlib.crc32(str(self._directory).encode()):08x}"
             f".{CheckpointManager._instances}"
         )
-        self._read_only = read_only
         if not self._directory.is_dir():
             if not create or read_only:
                 raise CheckpointNotFoundError(
@@ -184,22 +135,36 @@ class CheckpointManager:
             if multihost.is_primary():
                 self._directory.mkdir(parents=True, exist_ok=True)
         self.removed_tmp_dirs: list[Path] = []
-        if multihost.is_primary() and not read_only:
-            for leftover in layout.leftover_tmp_dirs(self._directory):
-                layout.remove_tree(leftover)
-                self.removed_tmp_dirs.append(leftover)
+        self.damaged: list[DamagedCheckpoint] = []
         if not read_only:
+            self._clean_up()
             multihost.barrier(f"{self._barrier_prefix}.init")
-        handler = ocp.PyTreeCheckpointHandler()
-        self._checkpointer = (
-            ocp.AsyncCheckpointer(handler) if async_save else ocp.Checkpointer(handler)
+        self._writer = StepWriter(
+            self._directory, async_save=async_save, latest_step=self._newest_good_step
         )
 
-    # ----------------------------------------------------------------------------------- save
+    def _clean_up(self) -> None:
+        """Remove what unfinished saves left; move damaged steps aside, saying so."""
+        if not multihost.is_primary():
+            return
+        for leftover in layout.leftover_tmp_dirs(self._directory):
+            layout.remove_tree(leftover)
+            self.removed_tmp_dirs.append(leftover)
+        for step in layout.committed_steps(self._directory):
+            result = manifest.quick_check(layout.step_dir(self._directory, step))
+            if not result.ok:
+                self.damaged.append(damage.set_aside(self._directory, step, result))
+        if self.damaged:
+            message = damage.opening_message(
+                self._directory, self.damaged, good_left=bool(self._good_steps())
+            )
+            warnings.warn(message, CheckpointDamagedWarning, stacklevel=3)
 
     @property
     def directory(self) -> Path:
         return self._directory
+
+    # ----------------------------------------------------------------------------------- save
 
     def save(
         self,
@@ -222,11 +187,12 @@ class CheckpointManager:
 
         Returns when the arrays are copied to host memory (async) or written (sync). A failure
         of the previous background save is raised here (as CheckpointSaveError) before anything
-        new is started.
+        new is started. A committed `step` that failed its check is moved aside first.
 
         Raises:
-          CheckpointExistsError: step `step` is already committed.
-          CheckpointSaveError: the previous asynchronous save failed.
+          CheckpointExistsError: a good checkpoint of `step` is already committed.
+          CheckpointSaveError: this save (sync) or the previous one (async) failed: one line
+            with the cause; Orbax's detail is in `<directory>/save-errors.log`.
           Error: a leaf, data_state, metadata or metrics value that cannot be saved safely.
         """
         self._check_open()
@@ -236,165 +202,68 @@ class CheckpointManager:
         if not isinstance(step, int | np.integer) or isinstance(step, bool) or step < 0:
             raise Error(f"step={step!r}: use a non-negative int")
         step = int(step)
-        if layout.step_dir(self._directory, step).exists():
+        self._make_room(step)
+        snap = snapshot.take(step, state, data_state=data_state, metadata=metadata, metrics=metrics)
+        self._save_count += 1
+        key = f"{self._barrier_prefix}.{step}.{self._save_count}"
+        tmp = commit.open_tmp(self._directory, step, snap, key)
+        finish = functools.partial(
+            commit.commit,
+            self._directory,
+            step,
+            tmp,
+            snap.header,
+            key,
+            before_rename=self._before_commit_hook,
+            after_commit=self._apply_retention,
+        )
+        self._writer.start(step, tmp, snap.orbax_tree, finish)
+
+    def _make_room(self, step: int) -> None:
+        """Refuse to overwrite a good step; move a damaged one aside."""
+        path = layout.step_dir(self._directory, step)
+        if not path.exists():
+            return
+        result = self._bad.get(step) or manifest.quick_check(path)
+        if result.ok:
             raise CheckpointExistsError(
                 f"a checkpoint of step {step} already exists in {self._directory}; save a new "
                 "step or delete that one first"
             )
-        data_state = _json_snapshot(data_state, "data_state")
-        metadata = _json_snapshot(metadata, "metadata")
-        metrics = self._check_metrics(metrics)
-        paths, leaves, treedef = tree.flatten(state)
-        if not leaves:
-            raise Error("state has no array leaves; there is nothing to checkpoint")
-        header = {
-            "step": step,
-            "created_unix": time.time(),
-            "process_count": jax.process_count(),
-            "versions": package_versions(),
-            "metrics": metrics,
-            "tree": tree.describe(state),
-            "leaves": [
-                {
-                    "path": list(p),
-                    "shape": list(np.shape(stored)),
-                    "dtype": np.dtype(
-                        stored.dtype if hasattr(stored, "dtype") else np.asarray(stored).dtype
-                    ).name,
-                    "kind": tree.leaf_kind(leaf),
-                }
-                for p, leaf in zip(paths, leaves, strict=True)
-                for stored in [tree.storage_form(leaf)]
-            ],
-            "has_data_state": data_state is not None,
-            "has_metadata": metadata is not None,
-        }
-        copies = [_snapshot_leaf(p, x) for p, x in zip(paths, leaves, strict=True)]
-        # Orbax gets the state's own structure, so plain Orbax restores it with the usual
-        # abstract target (it writes NamedTuples as dicts and tuples as lists).
-        orbax_tree = jax.tree_util.tree_unflatten(treedef, copies)
+        # Only process 0 moves it; the others pass the commit's barriers after the move.
+        self._set_aside(step, result)
 
-        self._save_count += 1
-        key = f"{self._barrier_prefix}.{step}.{self._save_count}"
-        tmp = layout.tmp_dir(self._directory, step)
-        if multihost.is_primary():
-            layout.remove_tree(tmp)
-            tmp.mkdir()
-            if data_state is not None:
-                layout.write_json(tmp / layout.data_state_file(0), data_state)
-            if metadata is not None:
-                layout.write_json(tmp / layout.METADATA_FILE, metadata)
-        multihost.barrier(f"{key}.tmp")
-        if jax.process_index() > 0 and data_state is not None:
-            # Each process has its own data iterator (its own shard of the data).
-            layout.write_json(tmp / layout.data_state_file(jax.process_index()), data_state)
-        pending = _PendingSave(step)
-        try:
-            self._checkpointer.save(tmp / layout.STATE_DIR, args=ocp.args.PyTreeSave(orbax_tree))
-        except BaseException as e:
-            self._discard(tmp)
-            raise CheckpointSaveError(f"saving step {step} failed before it started: {e}") from e
-        if self._async:
-            pending.thread = threading.Thread(
-                target=self._finish, args=(pending, tmp, header, key), daemon=True
-            )
-            self._pending = pending
-            pending.thread.start()
-            if not self._exit_hook_registered:
-                atexit.register(_warn_at_exit, weakref.ref(self))
-                self._exit_hook_registered = True
-        else:
-            self._pending = pending
-            self._finish(pending, tmp, header, key)
-            self.wait()
-
-    @staticmethod
-    def _check_metrics(metrics: Mapping[str, float] | None) -> dict[str, float]:
-        if metrics is None:
-            return {}
-        out = {}
-        for name, value in metrics.items():
-            try:
-                out[str(name)] = float(value)
-            except (TypeError, ValueError) as e:
-                raise Error(f"metrics[{name!r}]={value!r} is not a number") from e
-            if not math.isfinite(out[str(name)]):
-                out[str(name)] = None  # JSON has no NaN; such a step never ranks as best
-        return out
+    def _set_aside(self, step: int, result: VerificationResult) -> DamagedCheckpoint | None:
+        self._bad.pop(step, None)
+        if self._read_only or not multihost.is_primary():
+            self._bad[step] = result
+            return None
+        moved = damage.set_aside(self._directory, step, result)
+        self.damaged.append(moved)
+        return moved
 
     # Fault injection for tests: called in the commit thread just before the commit rename.
     _before_commit_hook: Any = None
 
-    def _finish(self, pending: _PendingSave, tmp: Path, header: dict[str, Any], key: str) -> None:
-        """Wait for the array writes, then commit (process 0) and apply retention."""
-        try:
-            if self._async:
-                self._checkpointer.wait_until_finished()
-            multihost.barrier(f"{key}.written")
-            if multihost.is_primary():
-                layout.fsync_tree(tmp)
-                record = manifest.build(tmp, header)
-                layout.write_json(tmp / layout.MANIFEST_FILE, record)
-                if self._before_commit_hook is not None:
-                    self._before_commit_hook(pending.step)
-                os.rename(tmp, layout.step_dir(self._directory, pending.step))
-                layout.fsync_dir(self._directory)
-                self._apply_retention()
-            multihost.barrier(f"{key}.committed")
-        except BaseException as e:  # reported by wait(); the step stays uncommitted
-            pending.error = e
-            self._discard(tmp)
-
-    def _discard(self, tmp: Path) -> None:
-        if multihost.is_primary():
-            with contextlib.suppress(OSError):  # the next start removes it
-                layout.remove_tree(tmp)
+    def _apply_retention(self) -> None:
+        delete_dropped(self._directory, self._good_steps(), self._policy)
 
     def wait(self) -> None:
         """Block until the pending save is committed; raise CheckpointSaveError if it failed."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return
-        if pending.thread is not None:
-            pending.thread.join()
-        if pending.error is not None:
-            raise CheckpointSaveError(
-                f"saving step {pending.step} to {self._directory} failed and was not committed "
-                f"(the previous good checkpoint is still the latest): {pending.error!r}"
-            ) from pending.error
-
-    def _join_quietly(self) -> None:
-        pending = self._pending
-        if pending is not None and pending.thread is not None:
-            pending.thread.join()
-
-    def _apply_retention(self) -> None:
-        """Delete what the policy drops; a failure here is logged, the new step stays committed."""
-        try:
-            self._delete_dropped_steps()
-        except OSError as e:
-            logging.getLogger(__name__).warning("retention in %s failed: %s", self._directory, e)
-
-    def _delete_dropped_steps(self) -> None:
-        good = self._good_steps()
-        if not self._policy.deletes_anything:
-            return
-        metrics = {s: manifest.load(layout.step_dir(self._directory, s))["metrics"] for s in good}
-        keep = retention.steps_to_keep(good, metrics, self._policy)
-        for s in good:
-            if s not in keep:
-                layout.remove_tree(layout.step_dir(self._directory, s))
+        self._writer.wait()
 
     # ---------------------------------------------------------------------------------- query
 
     def _good_steps(self) -> list[int]:
-        good = []
-        for s in layout.committed_steps(self._directory):
-            if s in self._bad:
-                continue
-            if manifest.quick_check(layout.step_dir(self._directory, s)).ok:
-                good.append(s)
-        return good
+        return [
+            s
+            for s in layout.committed_steps(self._directory)
+            if s not in self._bad and manifest.quick_check(layout.step_dir(self._directory, s)).ok
+        ]
+
+    def _newest_good_step(self) -> int | None:
+        steps = self._good_steps()
+        return steps[-1] if steps else None
 
     def all_steps(self) -> list[int]:
         """Committed steps whose manifest and file sizes check out, ascending.
@@ -405,19 +274,17 @@ class CheckpointManager:
 
     def latest_step(self) -> int | None:
         """The newest committed, checked step, or None. Never a step still being written."""
-        steps = self._good_steps()
-        return steps[-1] if steps else None
+        return self._newest_good_step()
 
     def verify(self, step: int | None = None) -> VerificationResult:
         """Recompute the content hashes of `step` (default: the newest committed directory)."""
-        self._join_quietly()
+        self._writer.join()
         if step is None:
             steps = layout.committed_steps(self._directory)
             if not steps:
                 raise CheckpointNotFoundError(f"no checkpoints in {self._directory}")
             step = steps[-1]
-        path = self._existing_step_dir(step)
-        result = manifest.verify(path)
+        result = manifest.verify(self._existing_step_dir(step))
         if result.ok:
             self._bad.pop(step, None)
         else:
@@ -426,12 +293,18 @@ class CheckpointManager:
 
     def _existing_step_dir(self, step: int) -> Path:
         path = layout.step_dir(self._directory, step)
-        if not path.is_dir():
-            raise CheckpointNotFoundError(
-                f"no checkpoint of step {step} in {self._directory}; good steps there: "
-                f"{self.all_steps() or 'none'}"
+        if path.is_dir():
+            return path
+        moved = [d for d in self.damaged if d.step == step]
+        if moved:
+            raise CorruptCheckpointError(
+                f"checkpoint of step {step} was damaged ({', '.join(moved[-1].problems)}) and "
+                f"moved to {moved[-1].moved_to}; restore another step"
             )
-        return path
+        raise CheckpointNotFoundError(
+            f"no checkpoint of step {step} in {self._directory}; good steps there: "
+            f"{self.all_steps() or 'none'}"
+        )
 
     # -------------------------------------------------------------------------------- restore
 
@@ -446,8 +319,8 @@ class CheckpointManager:
         """Restore `step` (default: the newest good one) into `target`'s structure and shardings.
 
         Args:
-          step: the step to restore; None picks the newest committed step that checks out and
-            falls back to older ones (with a CheckpointFallbackWarning) past corrupt ones.
+          step: the step to restore; None picks the newest committed step that checks out,
+            moving newer damaged ones aside (with a CheckpointFallbackWarning naming them).
           target: a PyTree of jax.Array / jax.ShapeDtypeStruct (with `.sharding`) / numpy arrays /
             Python scalars. Arrays come back with its shardings (any mesh, not just the saved
             one) and dtypes, in its exact structure. None rebuilds the saved structure (dicts,
@@ -462,7 +335,7 @@ class CheckpointManager:
           TargetMismatchError: `target` has different paths or shapes (the first few are named).
         """
         self._check_open()
-        self._join_quietly()
+        self._writer.join()
         verify = self._verify_on_restore if verify is None else verify
         check = manifest.verify if verify else manifest.quick_check
         if step is not None:
@@ -475,66 +348,35 @@ class CheckpointManager:
                     "another step (step=None picks the newest good one)."
                 )
             return self._load(int(step), target, subtree)
-        steps = layout.committed_steps(self._directory)
-        skipped: list[VerificationResult] = []
-        for s in reversed(steps):
-            if s in self._bad:
-                skipped.append(self._bad[s])
-                continue
-            result = check(layout.step_dir(self._directory, s))
+        skipped: list[str] = []
+        for s in reversed(layout.committed_steps(self._directory)):
+            result = self._bad.get(s) or check(layout.step_dir(self._directory, s))
             if result.ok:
                 if skipped:
                     warnings.warn(
                         f"restoring step {s}: skipped damaged newer checkpoint(s) "
-                        + "; ".join(f"{r.path.name}: {', '.join(r.problems)}" for r in skipped),
+                        + "; ".join(skipped),
                         CheckpointFallbackWarning,
                         stacklevel=2,
                     )
                 return self._load(s, target, subtree)
-            self._bad[s] = result
-            skipped.append(result)
-        detail = f"; damaged: {[r.path.name for r in skipped]}" if skipped else ""
+            skipped.append(self._describe_set_aside(s, result))
+        detail = f"; damaged: {'; '.join(skipped)}" if skipped else ""
         raise CheckpointNotFoundError(f"no good checkpoint in {self._directory}{detail}")
+
+    def _describe_set_aside(self, step: int, result: VerificationResult) -> str:
+        moved = self._set_aside(step, result)
+        where = f", moved to {moved.moved_to}" if moved is not None else ""
+        return f"{layout.step_name(step)}: {', '.join(result.problems)}{where}"
 
     def _load(self, step: int, target: Any, subtree: str | None) -> Restored:
         path = layout.step_dir(self._directory, step)
-        record = manifest.load(path)
-        saved = {
-            tuple(leaf["path"]): restore.SavedLeaf(
-                tuple(leaf["shape"]), leaf["dtype"], leaf["kind"]
-            )
-            for leaf in record["leaves"]
-        }
-        saved_tree, on_disk = restore.saved_leaves_from_orbax(path / layout.STATE_DIR)
-        if set(on_disk) != set(saved):
-            raise CorruptCheckpointError(
-                f"{path}: the Orbax metadata and the manifest list different leaves"
-            )
-        prefix = tuple(subtree.strip("/").split("/")) if subtree else ()
-        has_target = target is not None
-        flat, treedef = restore.restore_leaves(
-            path / layout.STATE_DIR,
-            saved_tree,
-            saved,
-            target=target,
-            has_target=has_target,
-            prefix=prefix,
-        )
-        if has_target:
-            t_paths, _, _ = tree.flatten(target)
-            state = jax.tree_util.tree_unflatten(treedef, [flat[p] for p in t_paths])
-        else:
-            state = tree.rebuild(tree.subdescription(record["tree"], prefix), flat)
         return Restored(
             step=step,
-            state=state,
-            data_state=self._read_optional(path / layout.data_state_file(jax.process_index())),
-            metadata=self._read_optional(path / layout.METADATA_FILE),
+            state=restore.load_step(path, target, subtree),
+            data_state=_read_optional(path / layout.data_state_file(jax.process_index())),
+            metadata=_read_optional(path / layout.METADATA_FILE),
         )
-
-    @staticmethod
-    def _read_optional(path: Path) -> Any:
-        return layout.read_json(path) if path.exists() else None
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -546,12 +388,8 @@ class CheckpointManager:
         """Wait for the pending save (raising its error, if any) and release resources."""
         if self._closed:
             return
-        try:
-            self.wait()
-        finally:
-            self._closed = True
-            self._checkpointer.close()
-            self._pending = None
+        self._closed = True
+        self._writer.close()
 
     def __enter__(self) -> CheckpointManager:
         return self
@@ -561,3 +399,7 @@ class CheckpointManager:
 
     def __repr__(self) -> str:
         return f"CheckpointManager({str(self._directory)!r}, policy={self._policy})"
+
+
+def _read_optional(path: Path) -> Any:
+    return layout.read_json(path) if path.exists() else None

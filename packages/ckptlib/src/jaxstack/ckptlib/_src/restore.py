@@ -19,8 +19,12 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib._src import tree
-from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, TargetMismatchError
+from jaxstack.ckptlib._src import layout, manifest, paths, tree
+from jaxstack.ckptlib._src.errors import (
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    TargetMismatchError,
+)
 from jaxstack.ckptlib._src.tree import Path as TreePath
 
 _MAX_REPORTED = 5
@@ -46,7 +50,7 @@ def saved_leaves_from_orbax(path: Path) -> tuple[Any, dict[TreePath, SavedLeaf]]
     saved_tree = meta.item_metadata.tree if hasattr(meta, "item_metadata") else meta.tree
     leaves: dict[TreePath, SavedLeaf] = {}
     for keys, leaf in jax.tree_util.tree_flatten_with_path(saved_tree)[0]:
-        p = tuple(tree.key_name(k) for k in keys)
+        p = paths.key_names(keys)
         dtype = np.dtype(leaf.dtype)
         if type(leaf).__name__ == "ScalarMetadata":
             kind = {"i": "int", "u": "int", "f": "float", "b": "bool"}.get(dtype.kind, "numpy")
@@ -175,7 +179,7 @@ def restore_leaves(
         chosen = {p: (*_restore_args_for_saved(s), None) for p, s in wanted.items()}
 
     def args_for(keys: Any, _: Any) -> Any:
-        p = tuple(tree.key_name(k) for k in keys)
+        p = paths.key_names(keys)
         if p[: len(prefix)] != prefix:
             return None
         return chosen[p[len(prefix) :]][0]
@@ -197,10 +201,37 @@ def restore_leaves(
         checkpointer.close()
     flat = {}
     for keys, value in jax.tree_util.tree_flatten_with_path(restored)[0]:
-        p = tuple(tree.key_name(k) for k in keys)[len(prefix) :]
+        p = paths.key_names(keys)[len(prefix) :]
         _, kind, target_leaf = chosen[p]
         flat[p] = _convert(value, kind, target_leaf)
     return flat, treedef
+
+
+def load_step(path: Path, target: Any, subtree: str | None) -> Any:
+    """The state (or `subtree` of it) of the committed step directory `path`."""
+    record = manifest.load(path)
+    saved = {
+        tuple(leaf["path"]): SavedLeaf(tuple(leaf["shape"]), leaf["dtype"], leaf["kind"])
+        for leaf in record["leaves"]
+    }
+    saved_tree, on_disk = saved_leaves_from_orbax(path / layout.STATE_DIR)
+    if set(on_disk) != set(saved):
+        raise CorruptCheckpointError(
+            f"{path}: the Orbax metadata and the manifest list different leaves"
+        )
+    prefix = tuple(subtree.strip("/").split("/")) if subtree else ()
+    flat, treedef = restore_leaves(
+        path / layout.STATE_DIR,
+        saved_tree,
+        saved,
+        target=target,
+        has_target=target is not None,
+        prefix=prefix,
+    )
+    if target is None:
+        return tree.rebuild(tree.subdescription(record["tree"], prefix), flat)
+    t_paths, _, _ = tree.flatten(target)
+    return jax.tree_util.tree_unflatten(treedef, [flat[p] for p in t_paths])
 
 
 def _prune(node: Any, prefix: TreePath) -> Any:

@@ -1,10 +1,15 @@
-"""Which good checkpoints to keep: a pure function of the steps, their metrics and the policy."""
+"""Which good checkpoints to keep (a pure function of the steps, their metrics and the policy),
+and the deletion of the others."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Mapping
+from pathlib import Path
+
+from jaxstack.ckptlib._src import layout, manifest
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,3 +67,17 @@ def steps_to_keep(
         ranked.sort(key=lambda s: (sign * metrics[s][policy.best_metric], -s))
         keep.update(ranked[: policy.best_n])
     return keep
+
+
+def delete_dropped(directory: Path, good_steps: list[int], policy: RetentionPolicy) -> None:
+    """Delete the good steps the policy drops; a failure is logged (the new step stays)."""
+    if not policy.deletes_anything:
+        return
+    try:
+        metrics = {s: manifest.load(layout.step_dir(directory, s))["metrics"] for s in good_steps}
+        keep = steps_to_keep(good_steps, metrics, policy)
+        for s in good_steps:
+            if s not in keep:
+                layout.remove_tree(layout.step_dir(directory, s))
+    except OSError as e:
+        logging.getLogger("jaxstack.ckptlib").warning("retention in %s failed: %s", directory, e)

@@ -1,9 +1,9 @@
 """Parameters to and from safetensors files, with a name-mapping hook.
 
 safetensors is a flat {name: tensor} format with a JSON header: no code runs on load, and
-Hugging Face tools read it. Names default to the `/`-joined leaf paths (an nnx.Variable's `value`
-is not part of the name); `name_map` translates
-them (e.g. nnlib's `layers/3/attn/q_proj/kernel` <-> HF's `model.layers.3.self_attn.q_proj.weight`).
+Hugging Face tools read it. Names default to the leaf paths of the project's convention
+(paths.py: an nnx.Variable's final `value` is not part of the name); `name_map` translates them
+(e.g. nnlib's `layers/3/attn/q_proj/kernel` <-> HF's `model.layers.3.self_attn.q_proj.weight`).
 A map may also drop a tensor by returning None.
 """
 
@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from safetensors.numpy import load_file, save_file
 
-from jaxstack.ckptlib._src import multihost, tree
+from jaxstack.ckptlib._src import layout, multihost, paths, tree
 from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 
 NameMap = Callable[[str], str | None] | Mapping[str, str] | None
@@ -58,9 +58,7 @@ def save_safetensors(
     mapper = _mapper(name_map)
     tensors: dict[str, np.ndarray] = {}
     for keys, leaf in jax.tree_util.tree_flatten_with_path(params)[0]:
-        if keys and keys[-1] == jax.tree_util.GetAttrKey("value"):
-            keys = keys[:-1]  # an nnx.Variable's payload: name it after the variable
-        name = mapper("/".join(tree.key_name(k) for k in keys))
+        name = mapper(paths.path_str(keys))
         if name is None:
             continue
         if name in tensors:
@@ -71,9 +69,8 @@ def save_safetensors(
     out = Path(os.fspath(path))
     if multihost.is_primary():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(f".{out.name}.tmp")
-        save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
-        os.replace(tmp, out)
+        with layout.atomic_file(out) as tmp:
+            save_file(tensors, str(tmp), metadata=dict(metadata) if metadata else None)
     return sorted(tensors)
 
 

@@ -17,22 +17,10 @@ from typing import Any
 import jax
 import numpy as np
 
+from jaxstack.ckptlib._src import paths
 from jaxstack.ckptlib._src.errors import Error
 
 Path = tuple[str, ...]
-
-
-def key_name(key: Any) -> str:
-    """The path component of one jax key entry (dict key, index, attribute, flattened index)."""
-    if isinstance(key, jax.tree_util.DictKey):
-        return str(key.key)
-    if isinstance(key, jax.tree_util.SequenceKey):
-        return str(key.idx)
-    if isinstance(key, jax.tree_util.GetAttrKey):
-        return key.name
-    if isinstance(key, jax.tree_util.FlattenedIndexKey):
-        return str(key.key)
-    return str(key)
 
 
 def path_str(path: Path) -> str:
@@ -42,16 +30,16 @@ def path_str(path: Path) -> str:
 def flatten(tree: Any) -> tuple[list[Path], list[Any], Any]:
     """Leaf paths, leaves and treedef; two leaves with the same path are an error."""
     with_path, treedef = jax.tree_util.tree_flatten_with_path(tree)
-    paths = [tuple(key_name(k) for k in keys) for keys, _ in with_path]
+    leaf_paths = [paths.key_names(keys) for keys, _ in with_path]
     seen: set[Path] = set()
-    for p in paths:
+    for p in leaf_paths:
         if p in seen:
             raise Error(
                 f"two leaves share the path {path_str(p)!r} (e.g. dict keys 1 and '1'); "
                 "give them distinct keys before saving"
             )
         seen.add(p)
-    return paths, [leaf for _, leaf in with_path], treedef
+    return leaf_paths, [leaf for _, leaf in with_path], treedef
 
 
 def nest(paths: list[Path], leaves: list[Any]) -> dict[str, Any]:
@@ -98,7 +86,7 @@ def describe(tree: Any) -> dict[str, Any]:
     return {
         "t": "dict",
         "class": f"{cls.__module__}:{cls.__qualname__}",
-        "keys": [key_name(keys[0]) for keys, _ in children],
+        "keys": [paths.key_names(keys)[0] for keys, _ in children],
         "children": [describe(child) for _, child in children],
     }
 
