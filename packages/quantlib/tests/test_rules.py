@@ -1,0 +1,103 @@
+"""Rules: matching by module path, first match wins, warnings and errors that say what to do."""
+
+import pytest
+from flax import nnx
+
+from jaxstack import quantlib as ql
+
+
+def stored(model):
+    """module path -> qtype of every weight stored quantised."""
+    return {
+        "/".join(str(k) for k in path[:-1]): var.get_value().qtype
+        for path, var in nnx.iter_graph(model)
+        if isinstance(var, ql.QuantizedWeight)
+    }
+
+
+def test_first_matching_rule_wins_and_a_none_rule_excludes(model):
+    rules = [
+        ql.QuantRule("lm_head", weight_qtype=None),
+        ql.QuantRule(r"attn/q_proj$", "int4"),
+        ql.QuantRule(r"layers/1/", "fp8_e4m3"),
+        ql.QuantRule(".*", "int8"),
+    ]
+    q = stored(ql.quantize(model, ql.PtqProvider(rules)))
+    assert "lm_head" not in q
+    assert q["layers/0/attn/q_proj"] == "int4" and q["layers/1/attn/q_proj"] == "int4"
+    assert q["layers/1/mlp/up_proj"] == "fp8_e4m3"
+    assert q["layers/0/mlp/up_proj"] == "int8"
+    assert len(q) == 2 * 7  # q, k, v, o, gate, up, down in each of two layers
+
+
+def test_the_original_model_is_left_float(model):
+    ql.quantize(model, ql.PtqProvider(ql.PRESETS["int8"]))
+    assert stored(model) == {}
+
+
+def test_a_rule_that_matches_nothing_warns_with_the_nearest_paths(model):
+    rules = [ql.QuantRule("attn/q_prj$", "int8"), ql.QuantRule(".*", "int8")]
+    with pytest.warns(ql.QuantWarning, match=r"rule 0 \(module_path='attn/q_prj\$'\)") as w:
+        ql.quantize(model, ql.PtqProvider(rules))
+    assert "attn/q_proj" in str(w[0].message)
+
+
+def test_a_rule_shadowed_by_an_earlier_one_warns(model):
+    rules = [ql.QuantRule(".*", "int8"), ql.QuantRule("mlp", "int4")]
+    with pytest.warns(ql.QuantWarning, match="matched no module before an earlier rule"):
+        ql.quantize(model, ql.PtqProvider(rules))
+
+
+def test_unknown_qtype_lists_the_supported_ones():
+    with pytest.raises(ql.RuleError, match=r"weight_qtype='int3'.*'int8', 'int4', 'fp8_e4m3'"):
+        ql.QuantRule(".*", "int3")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(act_qtype="nf4"), "for weights only"),
+        (dict(weight_calibration="max"), "weight_calibration='max' is not a calibration method"),
+        (dict(act_calibration="percentile,200"), "act_calibration='percentile,200'"),
+        (dict(tile_size=0), "tile_size=0 must be a positive int"),
+        (dict(act_static=True), "act_static=True needs an act_qtype"),
+        (dict(module_path="(unclosed"), "is not a regex"),
+    ],
+)
+def test_bad_rule_fields_are_named(kwargs, message):
+    with pytest.raises(ql.RuleError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        ql.QuantRule(**kwargs)
+
+
+def test_rules_from_yaml_and_presets(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "- {module_path: lm_head, weight_qtype: null}\n"
+        "- {module_path: '.*', weight_qtype: int4, tile_size: 128}\n"
+    )
+    rules = ql.load_rules(path)
+    assert rules == (
+        ql.QuantRule("lm_head", weight_qtype=None),
+        ql.QuantRule(".*", "int4", tile_size=128),
+    )
+    assert ql.load_rules("w8a8") == (ql.QuantRule(".*", "int8", act_qtype="int8"),)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("- {module_path: '.*', weight_qtype: int8\n", "does not parse as YAML"),
+        ("- {module_path: '.*', bits: 8}\n", r"rule 0 has unknown key\(s\) \['bits'\]"),
+        ("rules: 3\n", "expected a non-empty list of rules"),
+    ],
+)
+def test_bad_rules_files_are_one_clear_error(tmp_path, text, message):
+    path = tmp_path / "rules.yaml"
+    path.write_text(text)
+    with pytest.raises(ql.RuleError, match=message):
+        ql.load_rules(path)
+
+
+def test_a_rules_name_that_is_neither_preset_nor_file():
+    with pytest.raises(ql.RuleError, match=r"neither a preset .*int8, w8a8, int4, nf4"):
+        ql.load_rules("int9")
