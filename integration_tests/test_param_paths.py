@@ -2,9 +2,10 @@
 shows a leaf's path shows the same string for the same leaf.
 
 The same three trees (an nnlib model state, the Optax state of that model, a plain dict with a
-real key named "value") go through each package's public way of naming leaves: optlib's
-`param_paths`, the tensor names of ckptlib's `save_safetensors`, the weight names of serving's
-exported artifact, and the module paths of nnlib's `iter_modules` and quantlib's `match_rules`.
+real key named "value") go through each package's public way of naming leaves: nnlib's
+`param_path`, optlib's `param_paths`, the tensor names of ckptlib's `save_safetensors`, the
+weight names of serving's exported artifact, and the module paths of nnlib's `iter_modules` and
+quantlib's `match_rules`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def trees() -> dict[str, object]:
     }
 
 
+def nnlib_paths(tree) -> list[str]:
+    return sorted(nnlib.param_path(p) for p, _ in jax.tree_util.tree_flatten_with_path(tree)[0])
+
+
 def optlib_paths(tree) -> list[str]:
     return sorted(jax.tree.leaves(optlib.param_paths(tree)))
 
@@ -67,6 +72,7 @@ def test_every_package_names_every_leaf_the_same(tree_name, tmp_path):
     tree = trees()[tree_name]
     shown = {
         "optlib.param_paths": optlib_paths(tree),
+        "nnlib.param_path": nnlib_paths(tree),
         "ckptlib.save_safetensors": ckptlib_paths(tree, tmp_path / "ckpt"),
         "serving.export": serving_paths(tree, tmp_path / "serving"),
     }
