@@ -1,0 +1,97 @@
+"""A verifiable task for demos, tests and benchmarks: multi-digit addition and multiplication.
+
+Problems are generated deterministically from a seed (`"57+38="` -> `"95"`), so a run is
+repeatable and a held-out set never overlaps the training set (`split` draws them from one
+stream and dedups). `exact_answer` is the reward: 1.0 when the completion, stripped, is exactly
+the answer, else 0.0; it recomputes the answer from the prompt, so it needs no stored label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import operator
+import pathlib
+import re
+
+import numpy as np
+
+from jaxstack.rl._src.errors import ConfigError
+
+_OPS = {"+": operator.add, "*": operator.mul}
+_PROBLEM = re.compile(r"(\d+)([+*])(\d+)=$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Difficulty:
+    """Operand sizes per operation: `add_digits`-digit sums and `mul_digits` x 1-digit
+    products (the second factor has `mul_small_digits` digits)."""
+
+    add_digits: int = 2
+    mul_digits: int = 2
+    mul_small_digits: int = 1
+    mul_share: float = 0.5
+
+
+DEFAULT_DIFFICULTY = Difficulty()
+
+
+def answer(prompt: str) -> str:
+    """The exact answer of a problem prompt like "57+38="."""
+    m = _PROBLEM.search(prompt.strip())
+    if m is None:
+        raise ValueError(f"not an arithmetic problem: {prompt!r}")
+    a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
+    return str(_OPS[op](a, b))
+
+
+def exact_answer(prompt: str, completion: str) -> float:
+    """Reward: 1.0 if the completion is exactly the answer (surrounding spaces ignored)."""
+    return 1.0 if completion.strip() == answer(prompt) else 0.0
+
+
+def _number(rng: np.random.Generator, digits: int) -> int:
+    return int(rng.integers(10 ** (digits - 1) if digits > 1 else 0, 10**digits))
+
+
+def _count(digits: int) -> int:
+    return 10 if digits == 1 else 9 * 10 ** (digits - 1)
+
+
+def problems(n: int, *, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY) -> list[str]:
+    """`n` distinct problem prompts drawn from the stream of `seed`."""
+    d = difficulty
+    distinct = _count(d.add_digits) ** 2 + _count(d.mul_digits) * _count(d.mul_small_digits)
+    if n > distinct // 2:
+        raise ConfigError(
+            f"{n} distinct problems asked of a difficulty with {distinct}; ask for at most "
+            f"{distinct // 2} or use more digits"
+        )
+    rng = np.random.default_rng(seed)
+    out: dict[str, None] = {}
+    while len(out) < n:
+        if rng.random() < difficulty.mul_share:
+            a, b = _number(rng, difficulty.mul_digits), _number(rng, difficulty.mul_small_digits)
+            out[f"{a}*{b}="] = None
+        else:
+            a, b = _number(rng, difficulty.add_digits), _number(rng, difficulty.add_digits)
+            out[f"{a}+{b}="] = None
+    return list(out)
+
+
+def split(
+    num_train: int, num_eval: int, *, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY
+) -> tuple[list[str], list[str]]:
+    """Disjoint (train, held-out) prompt lists from one deterministic stream."""
+    every = problems(num_train + num_eval, seed=seed, difficulty=difficulty)
+    return every[num_eval:], every[:num_eval]
+
+
+def write_jsonl(path: str | pathlib.Path, prompts: list[str], *, with_answers: bool) -> None:
+    """Prompt records (GRPO) or prompt-completion records (SFT) for `prompts`."""
+    if not prompts:
+        raise ConfigError("no problems to write")
+    with open(path, "w") as f:
+        for p in prompts:
+            record = {"prompt": p, "completion": answer(p)} if with_answers else {"prompt": p}
+            f.write(json.dumps(record) + "\n")

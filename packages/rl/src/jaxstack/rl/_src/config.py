@@ -1,0 +1,257 @@
+"""Post-training run configuration: the trainer's sections plus one section per RL concern.
+
+A config file is the trainer's YAML (`model`, `optim`, `data`, `mesh`, `train`, `eval`,
+`checkpoint`, `log`, validated by `jaxstack.trainer.Config`) with these sections added, each a
+dataclass below validated the trainer's way (unknown keys get the nearest valid one, wrong
+types are refused):
+
+- `init`: the weights to start from (a jaxstack run directory, or an HF folder);
+- `lora`: adapter rank, alpha, target pattern (rank 0 = full fine-tuning);
+- `sft`, `dpo`, `orpo`, `grpo`, `ppo`: each algorithm's hyper-parameters;
+- `rollout`: how completions are sampled for GRPO and PPO, and what a raising reward does;
+- `rewards`: `{"module:function": weight}` reward functions for GRPO and PPO.
+
+Meanings of the shared sections in post-training: `data.path` is the JSONL records file,
+`data.batch_size` the sequences per step for SFT, pairs per step for DPO/ORPO and prompts per
+iteration for GRPO/PPO; `train.steps` counts optimiser steps (SFT, DPO, ORPO) or iterations
+(GRPO, PPO).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import os
+import pathlib
+import tempfile
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import yaml
+
+from jaxstack.rl._src.errors import ConfigError
+
+ALGORITHMS = ("sft", "dpo", "orpo", "grpo", "ppo")
+
+
+@dataclasses.dataclass(frozen=True)
+class InitSection:
+    """Starting weights: `checkpoint` (a jaxstack-train or jaxstack-rl run directory, or its
+    `checkpoints` folder: the latest step's params) or `hf` (a Hugging Face model folder);
+    neither = a freshly initialised model (seeded by train.seed)."""
+
+    checkpoint: str | None = None
+    hf: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraSection:
+    rank: int = 0  # 0 = full fine-tuning
+    alpha: float | None = None  # default: rank (scale 1)
+    pattern: str = r"(attn/(q|k|v|o)_proj|mlp/(gate|up|down)_proj)$"
+    dropout: float = 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class SftSection:
+    chat_template: str | None = None  # tokenizer_config.json (or its folder); None = built-in
+    train_on: str = "assistant"  # or "all"
+
+
+@dataclasses.dataclass(frozen=True)
+class DpoSection:
+    beta: float = 0.1
+    label_smoothing: float = 0.0  # cDPO's assumed label-noise rate
+    reference: str = "precompute"  # log-probs of the frozen reference: "precompute" or "live"
+
+
+@dataclasses.dataclass(frozen=True)
+class OrpoSection:
+    beta: float = 0.1  # the paper's lambda
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutSection:
+    group_size: int = 8  # completions sampled per prompt
+    max_new_tokens: int = 32
+    temperature: float = 1.0
+    top_k: int | None = None
+    on_reward_error: str = "stop"  # "stop" the run, or "skip" the completion (no gradient)
+
+
+@dataclasses.dataclass(frozen=True)
+class GrpoSection:
+    clip_eps: float = 0.2
+    kl_coef: float = 0.04
+    updates_per_iteration: int = 1  # optimiser steps on each batch of rollouts (mu)
+
+
+@dataclasses.dataclass(frozen=True)
+class PpoSection:
+    clip_eps: float = 0.2
+    value_clip_eps: float = 0.2
+    value_coef: float = 0.1
+    kl_coef: float = 0.05  # per-token KL penalty folded into the rewards
+    gamma: float = 1.0
+    lam: float = 0.95
+    updates_per_iteration: int = 2
+
+
+SECTIONS: dict[str, type] = {
+    "init": InitSection,
+    "lora": LoraSection,
+    "sft": SftSection,
+    "dpo": DpoSection,
+    "orpo": OrpoSection,
+    "rollout": RolloutSection,
+    "grpo": GrpoSection,
+    "ppo": PpoSection,
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class RLConfig:
+    """A validated post-training config: `base` is the trainer's part, the rest is ours."""
+
+    algorithm: str
+    base: Any  # jaxstack.trainer.Config
+    init: InitSection = InitSection()
+    lora: LoraSection = LoraSection()
+    sft: SftSection = SftSection()
+    dpo: DpoSection = DpoSection()
+    orpo: OrpoSection = OrpoSection()
+    rollout: RolloutSection = RolloutSection()
+    grpo: GrpoSection = GrpoSection()
+    ppo: PpoSection = PpoSection()
+    rewards: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"algorithm": self.algorithm, **self.base.to_dict()}
+        for section in SECTIONS:
+            out[section] = dataclasses.asdict(getattr(self, section))
+        out["rewards"] = dict(self.rewards)
+        return out
+
+    @classmethod
+    def from_dict(cls, tree: Mapping[str, Any], algorithm: str | None = None) -> RLConfig:
+        from jaxstack.trainer import Config, build_section
+
+        tree = dict(tree)
+        algorithm = algorithm or tree.get("algorithm")
+        tree.pop("algorithm", None)
+        if algorithm not in ALGORITHMS:
+            raise ConfigError(f"algorithm={algorithm!r}; use one of {', '.join(ALGORITHMS)}")
+        ours = {s: build_section(s, c, tree.pop(s, None) or {}) for s, c in SECTIONS.items()}
+        rewards = tree.pop("rewards", None) or {}
+        if not isinstance(rewards, Mapping) or not all(
+            isinstance(w, int | float) and not isinstance(w, bool) for w in rewards.values()
+        ):
+            raise ConfigError(
+                f"rewards must map 'module:function' to a numeric weight, got {rewards!r}"
+            )
+        config = cls(
+            algorithm=algorithm,
+            base=Config.from_dict(tree, name=str(tree.get("name", algorithm))),
+            rewards={str(k): float(v) for k, v in rewards.items()},
+            **ours,
+        )
+        _check_values(config)
+        return config
+
+    def save(self, path: str | pathlib.Path) -> None:
+        """Writes the resolved config as YAML (atomically), to repeat a run with `--config`."""
+        write_atomic(pathlib.Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def write_atomic(path: pathlib.Path, text: str) -> None:
+    """Writes `text` under a unique temporary name beside `path`, then renames it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def list_presets() -> list[str]:
+    """Names of the YAML configs shipped with jaxstack-rl."""
+    root = importlib.resources.files("jaxstack.rl._src") / "presets"
+    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_config(
+    algorithm: str | None, name_or_path: str | None = None, overrides: Iterable[str] = ()
+) -> RLConfig:
+    """Reads a preset or YAML file (or starts empty), applies dotted overrides, validates.
+
+    `algorithm` (from the CLI sub-command) wins over the file's `algorithm` key.
+    """
+    from jaxstack.trainer import apply_overrides
+
+    tree = _read(name_or_path) if name_or_path else {}
+    try:
+        tree = apply_overrides(tree, overrides)
+    except Exception as e:
+        raise ConfigError(str(e)) from None
+    return RLConfig.from_dict(tree, algorithm)
+
+
+def _read(name_or_path: str) -> dict[str, Any]:
+    path = pathlib.Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.is_file():
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        text = path.read_text()
+    elif name_or_path in list_presets():
+        root = importlib.resources.files("jaxstack.rl._src") / "presets"
+        text = (root / f"{name_or_path}.yaml").read_text()
+    else:
+        raise ConfigError(
+            f"--config {name_or_path!r} is neither a YAML file nor a preset; presets: "
+            f"{', '.join(list_presets())}"
+        )
+    try:
+        tree = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{name_or_path}: not valid YAML ({e})") from None
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{name_or_path}: the top level must be a mapping of sections")
+    return tree
+
+
+def _check_values(config: RLConfig) -> None:
+    choices = {
+        "sft.train_on": (config.sft.train_on, ("assistant", "all")),
+        "dpo.reference": (config.dpo.reference, ("precompute", "live")),
+        "rollout.on_reward_error": (config.rollout.on_reward_error, ("stop", "skip")),
+    }
+    for key, (value, valid) in choices.items():
+        if value not in valid:
+            raise ConfigError(f"{key}={value!r}; use one of {', '.join(valid)}")
+    positive = {
+        "lora.rank": (config.lora.rank, 0),
+        "rollout.group_size": (config.rollout.group_size, 2),
+        "rollout.max_new_tokens": (config.rollout.max_new_tokens, 1),
+        "grpo.updates_per_iteration": (config.grpo.updates_per_iteration, 1),
+        "ppo.updates_per_iteration": (config.ppo.updates_per_iteration, 1),
+    }
+    for key, (value, low) in positive.items():
+        if value < low:
+            raise ConfigError(f"{key} must be >= {low}, got {value}")
+    non_negative = {
+        "dpo.beta": config.dpo.beta,
+        "orpo.beta": config.orpo.beta,
+        "rollout.temperature": config.rollout.temperature,
+        "grpo.clip_eps": config.grpo.clip_eps,
+        "grpo.kl_coef": config.grpo.kl_coef,
+        "ppo.kl_coef": config.ppo.kl_coef,
+        "ppo.value_coef": config.ppo.value_coef,
+    }
+    for key, value in non_negative.items():
+        if not value >= 0:
+            raise ConfigError(f"{key} must be >= 0, got {value}")
+    if not 0.0 <= config.dpo.label_smoothing < 0.5:
+        raise ConfigError(
+            f"dpo.label_smoothing must be in [0, 0.5), got {config.dpo.label_smoothing}"
+        )
+    if config.init.checkpoint and config.init.hf:
+        raise ConfigError("init.checkpoint and init.hf are both set; keep one")

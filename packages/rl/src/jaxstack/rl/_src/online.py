@@ -1,0 +1,339 @@
+"""GRPO and PPO: sample with the engine, score with reward functions, update the policy.
+
+One iteration (`train.steps` of them):
+
+    hand the current params to the engine (in memory) -> sample group_size completions for
+    data.batch_size prompts -> rewards -> log-probs of the sampling policy and the reference
+    (and values, PPO) -> advantages (group-relative for GRPO, GAE for PPO)
+    -> updates_per_iteration optimiser steps on the clipped objective
+
+Rows are padded to `data.seq_len`, so every iteration runs the same compiled programs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import grain
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxstack.rl._src import losses
+from jaxstack.rl._src.config import RLConfig
+from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
+from jaxstack.rl._src.errors import ConfigError
+from jaxstack.rl._src.logprobs import token_logprobs
+from jaxstack.rl._src.policy import Policy, build_policy
+from jaxstack.rl._src.records import read_prompts
+from jaxstack.rl._src.rewards import Reward, as_rewards, score
+from jaxstack.rl._src.rollout import EngineSampler
+from jaxstack.rl._src.run import Run, RunResult, initial_state, optimizer
+from jaxstack.rl._src.sft import export_model, require_data
+
+
+@dataclasses.dataclass
+class Rollouts:
+    """One iteration's sampled rows, their rewards and the sampling statistics."""
+
+    batch: dict[str, np.ndarray]  # sequence batch [B*G, T]
+    rewards: np.ndarray  # [B*G]
+    valid: np.ndarray  # [B*G], 0 where a reward raised and was skipped
+    metrics: dict[str, float]
+
+
+class Rollouter:
+    """Prompts, the engine and the reward functions of an online run."""
+
+    def __init__(self, config: RLConfig, policy: Policy, rewards: Sequence[Reward]):
+        encoder = Encoder(policy.tokenizer, build_chat_template(config.sft.chat_template))
+        prompts = read_prompts(require_data(config))
+        self.config = config
+        self.policy = policy
+        self.rewards = rewards
+        self.texts = [
+            p if isinstance(p, str) else encoder.template.render(p, add_generation_prompt=True)
+            for p in prompts
+        ]
+        self.prompt_ids = [encoder.prompt(p) for p in prompts]
+        longest = max(len(p) for p in self.prompt_ids)
+        seq_len = config.base.data.seq_len
+        if longest >= seq_len:
+            raise ConfigError(
+                f"the longest prompt has {longest} tokens, data.seq_len={seq_len} leaves no room "
+                "for a completion; raise data.seq_len"
+            )
+        self.order = (
+            grain.MapDataset.range(len(prompts))
+            .shuffle(seed=config.base.data.seed)
+            .repeat()
+            .batch(config.base.data.batch_size)
+        )
+        group = config.rollout.group_size
+        self.sampler = EngineSampler(
+            policy,
+            max_model_len=min(
+                policy.model.config.max_seq_len, longest + config.rollout.max_new_tokens
+            ),
+            max_num_seqs=min(256, config.base.data.batch_size * group),
+            seed=config.base.train.seed,
+        )
+
+    def greedy_fn(self, params: Any) -> Callable[[Sequence[str]], list[str]]:
+        """`generate(prompts) -> completions`: greedy, under `params`, for an evaluation."""
+        encoder = Encoder(self.policy.tokenizer, build_chat_template(self.config.sft.chat_template))
+
+        def generate(prompts: Sequence[str]) -> list[str]:
+            ids = [encoder.prompt(p) for p in prompts]
+            return self.sampler.greedy(params, ids, self.config.rollout.max_new_tokens)
+
+        return generate
+
+    def collect(self, params: Any, iteration: int) -> Rollouts:
+        r, data = self.config.rollout, self.config.base.data
+        t = time.perf_counter()
+        self.sampler.update_weights(params)
+        idx = np.asarray(self.order[iteration])
+        prompts = [self.prompt_ids[i] for i in idx]
+        done = self.sampler.sample(
+            prompts,
+            n=r.group_size,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_k=r.top_k,
+            iteration=iteration,
+        )
+        rollout_s = time.perf_counter() - t
+        texts = [self.texts[i] for i in idx for _ in range(r.group_size)]
+        rewards, valid, metrics = score(self.rewards, texts, done.texts, on_error=r.on_reward_error)
+        rows = [p for p in prompts for _ in range(r.group_size)]
+        batch = sequence_batch(rows, done.token_ids, data.seq_len, self.policy.tokenizer.pad_id)
+        batch["loss_mask"] *= valid[:, None]
+        metrics.update(
+            reward=float(rewards[valid > 0].mean()) if valid.any() else float("nan"),
+            completion_tokens=float(done.num_tokens / len(done.token_ids)),
+            rollout_s=rollout_s,
+            rollout_tokens_per_sec=done.num_tokens / rollout_s,
+        )
+        return Rollouts(batch, rewards, valid, metrics)
+
+
+def _scores(policy: Policy) -> Callable[..., Any]:
+    """Jitted log-probs of the rows under the current and the reference params."""
+
+    @jax.jit
+    def scores(params, ref_params, batch):
+        return token_logprobs(policy.apply, params, batch), token_logprobs(
+            policy.apply, ref_params, batch
+        )
+
+    return scores
+
+
+Evaluate = Callable[[int, Callable[[Sequence[str]], list[str]]], dict[str, float]]
+
+
+def _online_run(
+    config: RLConfig,
+    rewards: Mapping[str, float] | Sequence[Any] | None,
+    make_update: Callable[[Policy], Any],
+    evaluate: Evaluate | None,
+) -> RunResult:
+    reward_list = as_rewards(rewards if rewards is not None else config.rewards)
+    if config.base.train.grad_accum != 1:
+        raise ConfigError(
+            f"{config.algorithm} updates on whole rollout batches; set train.grad_accum=1"
+        )
+    policy = build_policy(config)
+    rollouter = Rollouter(config, policy, reward_list)
+    every, total = config.base.eval.every, config.base.train.steps
+    run = Run(config)
+    try:
+        update = make_update(policy)
+        start, state, _ = run.restore(update.initial_state())
+
+        def step_fn(state, step):
+            state, metrics = update.iteration(state, step, rollouter)
+            if evaluate is not None and ((every and (step + 1) % every == 0) or step + 1 == total):
+                generate = rollouter.greedy_fn(update.policy_params(state["params"]))
+                metrics.update(evaluate(step + 1, generate))
+            return state, metrics
+
+        result = run.loop(state, step_fn, start=start)
+        export_model(policy, update.policy_params(result.state["params"]), run)
+        run.finish(result)
+        return result
+    finally:
+        run.close()
+
+
+class GrpoUpdate:
+    """GRPO's iteration: group-relative advantages, clipped ratio, KL to the reference."""
+
+    def __init__(self, config: RLConfig, policy: Policy):
+        self.config = config
+        self.policy = policy
+        self.tx = optimizer(config, policy.params)
+        self.ref_params = policy.params
+        self.scores = _scores(policy)
+        g = config.grpo
+
+        def loss_fn(params, batch):
+            logps = token_logprobs(policy.apply, params, batch)
+            return losses.grpo_loss(
+                logps,
+                batch["old_logps"],
+                batch["ref_logps"],
+                batch["advantages"],
+                batch["loss_mask"],
+                clip_eps=g.clip_eps,
+                kl_coef=g.kl_coef,
+            )
+
+        from jaxstack.trainer import make_train_step
+
+        self.train_step = jax.jit(make_train_step(loss_fn, self.tx), donate_argnums=0)
+
+    def initial_state(self) -> dict[str, Any]:
+        return initial_state(self.policy.params, self.tx)
+
+    def policy_params(self, params: Any) -> Any:
+        return params
+
+    def iteration(self, state, iteration: int, rollouter: Rollouter):
+        rollouts = rollouter.collect(state["params"], iteration)
+        t = time.perf_counter()
+        batch = {k: jnp.asarray(v) for k, v in rollouts.batch.items()}
+        old_logps, ref_logps = self.scores(state["params"], self.ref_params, batch)
+        batch.update(
+            old_logps=old_logps,
+            ref_logps=ref_logps,
+            advantages=losses.group_advantages(
+                jnp.asarray(rollouts.rewards),
+                self.config.rollout.group_size,
+                valid=jnp.asarray(rollouts.valid),
+            ),
+        )
+        for _ in range(self.config.grpo.updates_per_iteration):
+            state, metrics = self.train_step(state, batch)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        metrics["update_s"] = time.perf_counter() - t
+        return state, {**rollouts.metrics, **metrics}
+
+
+def grpo(
+    config: RLConfig,
+    rewards: Mapping[str, float] | Sequence[Any] | None = None,
+    *,
+    evaluate: Evaluate | None = None,
+) -> RunResult:
+    """GRPO on the prompts in `data.path`; the model lands in run_dir/model.
+
+    Args:
+      rewards: overrides the config's reward functions: callables `(prompt, completion) ->
+        float`, `(callable, weight)` pairs, or a `{"module:function": weight}` mapping.
+      evaluate: called as `evaluate(iteration, generate)` every `eval.every` iterations and
+        after the last, with a greedy `generate(prompts) -> completions` of the current policy;
+        the metrics it returns are logged with that iteration's.
+    """
+    return _online_run(config, rewards, lambda policy: GrpoUpdate(config, policy), evaluate)
+
+
+class PpoUpdate:
+    """PPO's iteration: a value head on the policy's last hidden state, per-token KL-penalised
+    rewards with the sequence reward on the last token, GAE, clipped policy and value losses."""
+
+    def __init__(self, config: RLConfig, policy: Policy):
+        from jaxstack.trainer import make_train_step
+
+        self.config = config
+        self.policy = policy
+        self.ref_params = policy.params
+        d_model = policy.model.config.d_model
+        self.params = {
+            "policy": policy.params,
+            "value_head": {"kernel": jnp.zeros((d_model,), jnp.float32), "bias": jnp.zeros(())},
+        }
+        self.tx = optimizer(config, self.params)
+        hidden_states = policy.apply.method("hidden_states")
+        unembed = policy.apply.method("unembed")
+        p = config.ppo
+
+        def forward(params, batch):
+            """(token log-probs, values), both [B, T]."""
+            x, _, _ = hidden_states(
+                params["policy"], batch["tokens"], batch["positions"], batch["segment_ids"]
+            )
+            logits = unembed(params["policy"], x).astype(jnp.float32)
+            logps = jnp.take_along_axis(
+                jax.nn.log_softmax(logits), batch["targets"][..., None], axis=-1
+            )[..., 0]
+            head = params["value_head"]
+            return logps, x.astype(jnp.float32) @ head["kernel"] + head["bias"]
+
+        @jax.jit
+        def prepare(params, ref_params, batch, scores):
+            """Old log-probs and values, KL-penalised token rewards, GAE advantages."""
+            logps, values = forward(params, batch)
+            ref_logps = token_logprobs(policy.apply, ref_params, batch)
+            mask = batch["loss_mask"]
+            last = jnp.argmax(jnp.cumsum(mask, axis=1), axis=1)  # last completion token
+            rewards = -p.kl_coef * (logps - ref_logps) * mask
+            rewards = rewards.at[jnp.arange(mask.shape[0]), last].add(scores)
+            adv, returns = losses.gae(rewards, values, mask, gamma=p.gamma, lam=p.lam)
+            mean = (adv * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+            var = (jnp.square(adv - mean) * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+            adv = (adv - mean) / jnp.sqrt(var + 1e-8) * mask  # whitened, as in RLHF practice
+            kl = ((logps - ref_logps) * mask).sum() / jnp.maximum(mask.sum(), 1.0)
+            return logps, values, adv, returns, kl
+
+        def loss_fn(params, batch):
+            logps, values = forward(params, batch)
+            return losses.ppo_loss(
+                logps,
+                batch["old_logps"],
+                batch["advantages"],
+                values,
+                batch["old_values"],
+                batch["returns"],
+                batch["loss_mask"],
+                clip_eps=p.clip_eps,
+                value_clip_eps=p.value_clip_eps,
+                value_coef=p.value_coef,
+            )
+
+        self.prepare = prepare
+        self.train_step = jax.jit(make_train_step(loss_fn, self.tx), donate_argnums=0)
+
+    def initial_state(self) -> dict[str, Any]:
+        return initial_state(self.params, self.tx)
+
+    def policy_params(self, params: Any) -> Any:
+        return params["policy"]
+
+    def iteration(self, state, iteration: int, rollouter: Rollouter):
+        rollouts = rollouter.collect(state["params"]["policy"], iteration)
+        t = time.perf_counter()
+        batch = {k: jnp.asarray(v) for k, v in rollouts.batch.items()}
+        old_logps, old_values, adv, returns, kl = self.prepare(
+            state["params"], self.ref_params, batch, jnp.asarray(rollouts.rewards)
+        )
+        batch.update(old_logps=old_logps, old_values=old_values, advantages=adv, returns=returns)
+        for _ in range(self.config.ppo.updates_per_iteration):
+            state, metrics = self.train_step(state, batch)
+        metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        metrics.update(kl=float(kl), update_s=time.perf_counter() - t)
+        return state, {**rollouts.metrics, **metrics}
+
+
+def ppo(
+    config: RLConfig,
+    rewards: Mapping[str, float] | Sequence[Any] | None = None,
+    *,
+    evaluate: Evaluate | None = None,
+) -> RunResult:
+    """PPO on the prompts in `data.path`, with a value head; arguments as for `grpo`."""
+    return _online_run(config, rewards, lambda policy: PpoUpdate(config, policy), evaluate)

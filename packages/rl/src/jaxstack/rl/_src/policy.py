@@ -1,0 +1,139 @@
+"""The model being post-trained: tokenizer, nnlib Transformer, starting weights, LoRA.
+
+`Policy` holds the module and its pure `apply(params, ...)` over the *trainable* parameters
+(every weight for full fine-tuning, only the `nnx.LoRAParam` adapters with `lora.rank > 0`).
+`served_params(params)` gives the plain weights an inference engine serves: the adapters folded
+into their kernels, in the structure of a model without adapters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+from typing import Any
+
+from flax import nnx
+
+from jaxstack.rl._src.config import RLConfig
+from jaxstack.rl._src.errors import ConfigError
+
+
+def build_tokenizer(name: str) -> Any:
+    """datalib's ByteTokenizer ("byte"), or the tokenizer JSON file at `name`."""
+    from jaxstack import datalib
+
+    if name == "byte":
+        return datalib.ByteTokenizer()
+    if not pathlib.Path(name).is_file():
+        raise ConfigError(
+            f"data.tokenizer={name!r}: no such tokenizer file; use 'byte' or a tokenizer.json"
+        )
+    return datalib.BPETokenizer.from_file(name)
+
+
+def model_config(config: RLConfig, vocab_size: int) -> Any:
+    """nnlib ModelConfig from `model.preset` and the other `model.*` fields; the vocabulary
+    follows the tokenizer unless `model.vocab_size` is given."""
+    from jaxstack import nnlib
+
+    fields = dict(config.base.model)
+    preset = fields.pop("preset", "tiny")
+    if preset not in nnlib.list_presets():
+        raise ConfigError(
+            f"model.preset={preset!r} is not an nnlib preset; use one of "
+            f"{', '.join(nnlib.list_presets())}"
+        )
+    fields.setdefault("vocab_size", vocab_size)
+    base = nnlib.get_preset(preset)
+    fields.setdefault("max_seq_len", max(base.max_seq_len, config.base.data.seq_len))
+    try:
+        return base.replace(**fields)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"model section is not valid for nnlib: {e}") from None
+
+
+def load_base_model(config: RLConfig, vocab_size: int) -> nnx.Module:
+    """The Transformer with the `init` weights (or a fresh one seeded by train.seed)."""
+    from jaxstack import nnlib
+
+    if config.init.hf:
+        return nnlib.load_hf_checkpoint(config.init.hf)
+    model = nnlib.Transformer(
+        model_config(config, vocab_size), rngs=nnx.Rngs(config.base.train.seed)
+    )
+    if config.init.checkpoint:
+        params = restore_params(config.init.checkpoint, nnx.state(model, nnx.Param))
+        nnx.update(model, params)
+    return model
+
+
+def restore_params(run_or_checkpoints: str, like: Any) -> Any:
+    """The newest checkpoint's `params` under a run directory (or its checkpoints folder)."""
+    from jaxstack import ckptlib
+
+    path = pathlib.Path(run_or_checkpoints)
+    if (path / "checkpoints").is_dir():
+        path = path / "checkpoints"
+    if not path.is_dir():
+        raise ConfigError(f"init.checkpoint={str(path)!r} is not a run or checkpoints directory")
+    with ckptlib.CheckpointManager(path, read_only=True) as manager:
+        return manager.restore(target=like, subtree="params").state
+
+
+@dataclasses.dataclass
+class Policy:
+    """The module, its trainable parameters and the pure function over them."""
+
+    model: nnx.Module
+    tokenizer: Any
+    apply: Any
+    params: Any
+    lora: bool
+
+    def served_params(self, params: Any) -> Any:
+        """Weights for an engine serving the model without adapters (LoRA merged in)."""
+        if not self.lora:
+            return params
+        from jaxstack import nnlib
+
+        model = nnx.clone(self.model)
+        nnx.update(model, params)
+        nnlib.merge_lora(model)
+        return nnx.state(model, nnx.Param)
+
+    def base_model(self) -> nnx.Module:
+        """A copy of the module without adapters, for an engine to own."""
+        if not self.lora:
+            return nnx.clone(self.model)
+        from jaxstack import nnlib
+
+        model = nnx.clone(self.model)
+        nnlib.merge_lora(model)
+        return model
+
+
+def build_policy(config: RLConfig) -> Policy:
+    """Tokenizer, model with the `init` weights, LoRA adapters when `lora.rank > 0`."""
+    from jaxstack import nnlib
+
+    tokenizer = build_tokenizer(config.base.data.tokenizer)
+    model = load_base_model(config, tokenizer.vocab_size)
+    if model.config.vocab_size < tokenizer.vocab_size:
+        raise ConfigError(
+            f"the model's vocab_size={model.config.vocab_size} is smaller than the tokenizer's "
+            f"({tokenizer.vocab_size})"
+        )
+    lora = config.lora.rank > 0
+    if lora:
+        adapted = nnlib.apply_lora(
+            model,
+            config.lora.pattern,
+            rank=config.lora.rank,
+            alpha=config.lora.alpha,
+            dropout=config.lora.dropout,
+            rngs=nnx.Rngs(config.base.train.seed + 1),
+        )
+        if not adapted:
+            raise ConfigError(f"lora.pattern={config.lora.pattern!r} matches no Dense layer")
+    apply, params = nnlib.as_function(model, wrt=nnx.LoRAParam if lora else nnx.Param)
+    return Policy(model, tokenizer, apply, params, lora)

@@ -1,0 +1,94 @@
+"""Reward functions: plain callables `(prompt, completion) -> float`, combined with weights.
+
+A reward that raises is never silently zeroed: with `rollout.on_reward_error=stop` the run stops
+with a `RewardError` naming the function and the prompt; with `skip` that completion is left out
+of the update (its advantage and loss weight are zero) and counted in `rewards_skipped`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxstack.rl._src.errors import ConfigError, RewardError
+
+RewardFn = Callable[[str, str], float]
+
+
+@dataclasses.dataclass(frozen=True)
+class Reward:
+    name: str
+    fn: RewardFn
+    weight: float = 1.0
+
+
+def as_rewards(rewards: Mapping[str, float] | Sequence[Any]) -> list[Reward]:
+    """`{"module:function": weight}` (a config's `rewards`), or a list of callables,
+    `(callable, weight)` pairs or `Reward`s (Python use)."""
+    if isinstance(rewards, Mapping):
+        return [Reward(name, _import(name), float(w)) for name, w in rewards.items()]
+    out = []
+    for item in rewards:
+        if isinstance(item, Reward):
+            out.append(item)
+        elif callable(item):
+            out.append(Reward(getattr(item, "__name__", repr(item)), item))
+        else:
+            fn, weight = item
+            out.append(Reward(getattr(fn, "__name__", repr(fn)), fn, float(weight)))
+    if not out:
+        raise ConfigError("no reward functions: GRPO and PPO need at least one")
+    return out
+
+
+def _import(name: str) -> RewardFn:
+    module, _, attr = name.partition(":")
+    if not attr:
+        raise ConfigError(f"reward {name!r} is not of the form 'module:function'")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(f"reward {name!r} cannot be imported ({e})") from None
+    if not callable(fn):
+        raise ConfigError(f"reward {name!r} is not callable")
+    return fn
+
+
+def score(
+    rewards: Sequence[Reward],
+    prompts: Sequence[str],
+    completions: Sequence[str],
+    *,
+    on_error: str = "stop",
+) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """(weighted total [N], valid [N] (0 where a reward raised and was skipped), metrics)."""
+    total = np.zeros(len(completions), np.float32)
+    valid = np.ones(len(completions), np.float32)
+    metrics: dict[str, float] = {}
+    for reward in rewards:
+        values = np.zeros(len(completions), np.float32)
+        for i, (prompt, completion) in enumerate(zip(prompts, completions, strict=True)):
+            try:
+                value = float(reward.fn(prompt, completion))
+                if not math.isfinite(value):
+                    raise ValueError(f"returned {value}")
+            except Exception as e:
+                if on_error == "stop":
+                    raise RewardError(
+                        f"reward {reward.name!r} raised {type(e).__name__}: {e} on prompt "
+                        f"{prompt!r} (completion {completion!r}); fix the function or set "
+                        "rollout.on_reward_error=skip"
+                    ) from e
+                valid[i] = 0.0
+                continue
+            values[i] = value
+        total += reward.weight * values
+        kept = valid > 0
+        metrics[f"reward/{reward.name}"] = float(values[kept].mean()) if kept.any() else math.nan
+    metrics["rewards_skipped"] = float((valid == 0).sum())
+    return total * valid, valid, metrics

@@ -1,0 +1,92 @@
+"""Rollouts from the serving engine, in the same process, with weights handed over in memory.
+
+`EngineSampler` is the one seam between the RL loops and generation: `update_weights(params)`
+before each round of sampling (the trainer's current params, LoRA merged, no disk), and
+`sample(prompt_ids, ...)` giving each prompt's `n` completions. Seeds are derived from the run's
+seed, the iteration and the prompt's position, so a resumed run samples what an uninterrupted
+one would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from jaxstack.rl._src.policy import Policy
+
+
+@dataclasses.dataclass
+class Completions:
+    """One round of sampling: row i*n + j is completion j of prompt i."""
+
+    token_ids: list[np.ndarray]
+    texts: list[str]
+    num_tokens: int
+
+
+class EngineSampler:
+    """jaxstack.serving's `LLM` engine serving a copy of the policy without adapters."""
+
+    def __init__(self, policy: Policy, *, max_model_len: int, max_num_seqs: int, seed: int):
+        from jaxstack.serving import LLM
+
+        self.policy = policy
+        self.seed = seed
+        self.llm = LLM(
+            policy.base_model(),
+            policy.tokenizer,
+            max_model_len=max_model_len,
+            max_num_seqs=max_num_seqs,
+            max_num_batched_tokens=max(256, max_num_seqs),
+            enable_prefix_caching=True,
+            seed=seed,
+        )
+
+    def update_weights(self, params: Any) -> None:
+        self.llm.update_weights(self.policy.served_params(params))
+
+    def sample(
+        self,
+        prompt_ids: Sequence[np.ndarray],
+        *,
+        n: int,
+        max_new_tokens: int,
+        temperature: float,
+        top_k: int | None,
+        iteration: int,
+    ) -> Completions:
+        from jaxstack.serving import SamplingParams
+
+        params = [
+            SamplingParams(
+                n=n,
+                temperature=temperature,
+                top_k=top_k or 0,
+                max_tokens=max_new_tokens,
+                seed=int(np.random.SeedSequence([self.seed, iteration, i]).generate_state(1)[0]),
+            )
+            for i in range(len(prompt_ids))
+        ]
+        outputs = self.llm.generate([[int(t) for t in p] for p in prompt_ids], params)
+        token_ids, texts = [], []
+        for request in outputs:
+            for completion in request.outputs:
+                token_ids.append(np.asarray(completion.token_ids, np.int32))
+                texts.append(completion.text)
+        return Completions(token_ids, texts, sum(len(t) for t in token_ids))
+
+    def greedy(
+        self, params: Any, prompt_ids: Sequence[np.ndarray], max_new_tokens: int
+    ) -> list[str]:
+        """Greedy completions of `prompt_ids` under `params` (for evaluation)."""
+        from jaxstack.serving import SamplingParams
+
+        self.update_weights(params)
+        outputs = self.llm.generate(
+            [[int(t) for t in p] for p in prompt_ids],
+            SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
+        )
+        return [request.outputs[0].text for request in outputs]

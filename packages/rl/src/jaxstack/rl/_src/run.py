@@ -1,0 +1,177 @@
+"""One post-training run: its directory, checkpoints, metrics and the step loop.
+
+    restore (or start) -> for each step: step_fn, log, checkpoint every N -> final checkpoint,
+                          summary, HTML report
+
+Every algorithm supplies only `step_fn(state, step) -> (state, metrics)` and, when its data
+position is not a function of the step, a `data_state()`; so SFT, DPO, ORPO, GRPO and PPO share
+one loop with one resume path. A run directory holds `config.yaml`, `metrics.jsonl`, `tb/`,
+`checkpoints/` (ckptlib) and `report.html`. Determinism: randomness is derived from
+`train.seed` and the step number, so a run killed and resumed from step k repeats exactly the
+steps an uninterrupted run takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import pathlib
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxstack.rl._src.config import RLConfig
+
+StepFn = Callable[[dict[str, Any], int], tuple[dict[str, Any], dict[str, float]]]
+
+
+@dataclasses.dataclass
+class RunResult:
+    """Where a run lives, how far it got, its summary and final training state."""
+
+    run_dir: pathlib.Path
+    step: int
+    summary: dict[str, Any]
+    state: dict[str, Any]
+
+
+def default_run_dir(algorithm: str) -> pathlib.Path:
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+    return pathlib.Path.cwd() / "runs" / f"{algorithm}-{stamp}"
+
+
+def optimizer(config: RLConfig, params: Any) -> Any:
+    """optlib's optimiser for the trainable params; a schedule spans train.steps by default."""
+    from jaxstack import optlib
+
+    optim = dict(config.base.optim)
+    schedule = dict(optim.get("schedule") or {})
+    if schedule and schedule.get("total_steps") is None:
+        schedule["total_steps"] = config.base.train.steps
+        optim["schedule"] = schedule
+    return optlib.build_optimizer(optlib.OptimizerConfig.from_dict(optim), params)
+
+
+def initial_state(params: Any, tx: Any) -> dict[str, Any]:
+    """`{"params", "opt_state", "step"}` on copies of `params` (train steps donate the state,
+    and the starting params stay in use as the reference policy)."""
+    params = jax.tree.map(jnp.copy, params)
+    return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+
+class Run:
+    """Run directory, ckptlib checkpoints (with preemption), JSONL/TensorBoard metrics."""
+
+    def __init__(self, config: RLConfig):
+        from jaxstack import ckptlib
+        from jaxstack.trainer import MetricsLog
+
+        self.config = config
+        base = config.base
+        self.dir = pathlib.Path(base.log.run_dir or default_run_dir(config.algorithm))
+        self.dir.mkdir(parents=True, exist_ok=True)
+        config.save(self.dir / "config.yaml")
+        self.manager = None
+        self.preemption = None
+        if base.checkpoint.enabled:
+            self.manager = ckptlib.CheckpointManager(
+                self.dir / "checkpoints",
+                max_to_keep=base.checkpoint.max_to_keep,
+                async_save=base.checkpoint.async_save,
+            )
+            if base.checkpoint.on_preemption:
+                self.preemption = ckptlib.PreemptionHandler().install()
+        self.log = MetricsLog(
+            self.dir,
+            total_steps=base.train.steps,
+            every=base.log.every,
+            tensorboard=base.log.tensorboard,
+            progress=base.log.progress,
+        )
+
+    def restore(self, state: dict[str, Any]) -> tuple[int, dict[str, Any], Any]:
+        """(start step, state, data state): the latest checkpoint's when resuming, else
+        (0, `state`, None)."""
+        if self.manager is None or not self.config.base.checkpoint.resume:
+            return 0, state, None
+        if self.manager.latest_step() is None:
+            return 0, state, None
+        target = jax.tree.map(lambda x: jax.ShapeDtypeStruct(np.shape(x), x.dtype), state)
+        restored = self.manager.restore(target=target)
+        self.log.info(f"resumed from step {restored.step} in {self.dir / 'checkpoints'}")
+        return int(restored.step), restored.state, restored.data_state
+
+    def loop(
+        self,
+        state: dict[str, Any],
+        step_fn: StepFn,
+        *,
+        start: int = 0,
+        data_state: Callable[[], Any] | None = None,
+    ) -> RunResult:
+        """Runs steps `start + 1 .. train.steps`, checkpointing every `checkpoint.every`."""
+        total, every = self.config.base.train.steps, self.config.base.checkpoint.every
+        history: list[dict[str, float]] = []
+        step, saved = start, start
+        self.log.start(start)
+        wall = time.perf_counter()
+        while step < total:
+            t = time.perf_counter()
+            state, metrics = step_fn(state, step)
+            metrics["step_time_s"] = time.perf_counter() - t
+            if "tokens" in metrics:  # model rows x length the step processed
+                metrics["tokens_per_sec"] = metrics.pop("tokens") / metrics["step_time_s"]
+            step += 1
+            history.append(metrics)
+            self.log.train(step, metrics)
+            preempted = self.preemption is not None and self.preemption.requested
+            if self.manager is not None and (step % every == 0 or step == total or preempted):
+                self._save(step, state, data_state, metrics)
+                saved = step
+            if preempted:
+                self.log.info(f"preemption requested: saved step {step} and stopping")
+                break
+        if self.manager is not None and saved != step:
+            self._save(step, state, data_state, history[-1] if history else {})
+        summary = self._summary(step, history, time.perf_counter() - wall)
+        return RunResult(self.dir, step, summary, state)
+
+    def _save(self, step: int, state: Any, data_state: Callable[[], Any] | None, metrics) -> None:
+        self.manager.save(
+            step,
+            state,
+            data_state=data_state() if data_state else None,
+            metadata={"config": self.config.to_dict()},
+            metrics={k: float(v) for k, v in metrics.items()},
+        )
+
+    def _summary(self, step: int, history: list[dict[str, float]], wall: float) -> dict[str, Any]:
+        out: dict[str, Any] = {"final_step": step, "wall_s": wall}
+        if history:
+            out["first_loss"] = history[0]["loss"]
+            out["final_loss"] = history[-1]["loss"]
+            out["median_step_time_s"] = statistics.median(m["step_time_s"] for m in history)
+        return out
+
+    def finish(self, result: RunResult, extra: dict[str, Any] | None = None) -> None:
+        """Final summary record, HTML report, and closing the checkpoint writer."""
+        from jaxstack.trainer import write_report
+
+        result.summary.update(extra or {})
+        if self.manager is not None:
+            self.manager.wait()
+        self.log.summary(result.step, result.summary)
+        if self.config.base.log.report:
+            self.log.info(f"report: {write_report(self.dir)}")
+
+    def close(self) -> None:
+        self.log.close()
+        if self.manager is not None:
+            self.manager.close()
+        if self.preemption is not None:
+            self.preemption.uninstall()

@@ -1,0 +1,84 @@
+"""Supervised fine-tuning on chat or prompt-completion JSONL: loss on the assistant's tokens.
+
+records (checked, file:line errors) -> ChatTemplate.encode (assistant-only loss_mask)
+  -> datalib lm_batches (packing, shuffling, exact JSON iterator state)
+  -> the trainer's train step over the trainable params (all, or LoRA adapters)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+
+from jaxstack.rl._src.config import RLConfig
+from jaxstack.rl._src.encode import Encoder, build_chat_template
+from jaxstack.rl._src.errors import ConfigError
+from jaxstack.rl._src.policy import build_policy
+from jaxstack.rl._src.records import read_sft_records
+from jaxstack.rl._src.run import Run, RunResult, initial_state, optimizer
+
+
+def require_data(config: RLConfig) -> str:
+    if config.base.data.path is None:
+        raise ConfigError(
+            f"{config.algorithm} needs data.path: a JSONL file of records "
+            "(see docs/rl.md for the formats)"
+        )
+    return config.base.data.path
+
+
+def sft(config: RLConfig) -> RunResult:
+    """Fine-tunes on `data.path`; returns the run's result (the model is in run_dir/model)."""
+    from jaxstack import datalib, trainer
+
+    records = read_sft_records(require_data(config))
+    policy = build_policy(config)
+    encoder = Encoder(policy.tokenizer, build_chat_template(config.sft.chat_template))
+    documents = [encoder.sft_document(r, config.sft.train_on) for r in records]
+    data = config.base.data
+    batches = datalib.lm_batches(
+        datalib.InMemorySource(documents),
+        policy.tokenizer,
+        seq_len=data.seq_len,
+        batch_size=data.batch_size,
+        seed=data.seed,
+        packing=data.packing,
+    )
+    tx = optimizer(config, policy.params)
+    loss_fn = trainer.make_loss_fn(policy.apply)
+    train_step = jax.jit(
+        trainer.make_train_step(loss_fn, tx, grad_accum=config.base.train.grad_accum),
+        donate_argnums=0,
+    )
+    run = Run(config)
+    try:
+        start, state, data_state = run.restore(initial_state(policy.params, tx))
+        if data_state is not None:
+            batches.set_state(data_state)
+
+        def step_fn(state: dict[str, Any], step: int):
+            batch = next(batches)
+            state, metrics = train_step(state, batch)
+            metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
+            return state, {**metrics, "tokens": batch["tokens"].size}
+
+        result = run.loop(state, step_fn, start=start, data_state=batches.get_state)
+        export_model(policy, result.state["params"], run)
+        run.finish(result)
+        return result
+    finally:
+        run.close()
+
+
+def export_model(policy: Any, params: Any, run: Run) -> None:
+    """The trained model, adapters merged, as an HF folder `run_dir/model` (`init.hf` of a
+    following stage, or `LLM(run_dir/model)`)."""
+    from flax import nnx
+
+    from jaxstack import nnlib
+
+    model = nnx.clone(policy.model)
+    nnx.update(model, params)
+    path = nnlib.save_hf_checkpoint(model, run.dir / "model")
+    run.log.info(f"model: {path}")

@@ -1,0 +1,99 @@
+"""SFT end to end: assistant-only loss mask, and with LoRA only the adapted weights move."""
+
+import re
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxstack import datalib, nnlib, rl
+from jaxstack.rl._src.encode import Encoder, build_chat_template
+from jaxstack.rl._src.records import SftRecord
+
+
+def test_chat_documents_learn_only_the_assistant_reply_and_eos():
+    tok = datalib.ByteTokenizer()
+    encoder = Encoder(tok, build_chat_template(None))
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "4"},
+    ]
+    doc = encoder.sft_document(SftRecord(messages=messages))
+    learned = [int(t) for t, m in zip(doc["tokens"], doc["loss_mask"], strict=True) if m]
+    assert tok.decode(learned[:-1]) == "4\n"  # the reply and the template's end of turn
+    assert learned[-1] == tok.eos_id
+    assert doc["tokens"][0] == tok.bos_id and doc["loss_mask"][0] == 0
+    prompt_doc = encoder.sft_document(SftRecord(prompt="1+1=", completion="2"))
+    learned = [
+        int(t) for t, m in zip(prompt_doc["tokens"], prompt_doc["loss_mask"], strict=True) if m
+    ]
+    assert learned == [*tok.encode("2"), tok.eos_id]
+
+
+def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, write_jsonl):
+    chats = [
+        {
+            "messages": [
+                {"role": "user", "content": f"echo {i}"},
+                {"role": "assistant", "content": str(i)},
+            ]
+        }
+        for i in range(20)
+    ]
+    path = write_jsonl(tmp_path / "chat.jsonl", chats)
+    pattern = r"attn/(q|v)_proj$"
+    config = rl.load_config(
+        "sft",
+        None,
+        [
+            *tiny,
+            f"data.path={path}",
+            "data.seq_len=32",
+            "data.batch_size=4",
+            "train.steps=3",
+            "optim.lr=1e-2",
+            "lora.rank=4",
+            f"lora.pattern={pattern}",
+            f"log.run_dir={tmp_path / 'run'}",
+        ],
+    )
+    result = rl.sft(config)
+    assert result.step == 3
+    base = nnlib.Transformer(
+        nnlib.get_preset("tiny-llama").replace(
+            vocab_size=259,
+            d_model=32,
+            num_layers=1,
+            num_heads=2,
+            num_kv_heads=2,
+            head_dim=16,
+            mlp_dim=64,
+            max_seq_len=128,
+        ),
+        rngs=nnx.Rngs(config.base.train.seed),
+    )
+    tuned = nnlib.load_hf_checkpoint(tmp_path / "run" / "model")
+    flat = lambda m: {
+        jax.tree_util.keystr(k, simple=True, separator="/"): np.asarray(v)
+        for k, v in jax.tree_util.tree_leaves_with_path(nnx.state(m, nnx.Param))
+    }
+    before, after = flat(base), flat(tuned)
+    assert before.keys() == after.keys()
+    adapted = {p for p in before if re.search(r"attn/(q|v)_proj/kernel", p)}
+    assert len(adapted) == 2
+    for path_, value in before.items():
+        if path_ in adapted:
+            assert not np.allclose(value, after[path_]), path_
+        else:
+            np.testing.assert_array_equal(value, after[path_], err_msg=path_)
+    # the checkpointed trainable state is the adapters alone
+    from jaxstack import ckptlib
+
+    with ckptlib.CheckpointManager(tmp_path / "run" / "checkpoints", read_only=True) as m:
+        leaves = m.restore().state["params"]
+    names = [
+        jax.tree_util.keystr(k, simple=True, separator="/")
+        for k, _ in jax.tree_util.tree_leaves_with_path(leaves)
+    ]
+    assert names and all("/lora/" in n for n in names)

@@ -1,0 +1,73 @@
+"""Malformed records are reported with their file and line, before anything is written."""
+
+import json
+
+import pytest
+
+from jaxstack import rl
+
+
+def test_bad_chat_records_name_file_and_line(tmp_path):
+    good = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}]}
+    cases = [
+        ("{not json", "bad JSON"),
+        (json.dumps({"messages": [{"role": "robot", "content": "x"}]}), "role 'robot'"),
+        (
+            json.dumps({"messages": [{"role": "user", "content": "only a question"}]}),
+            "no assistant",
+        ),
+        (json.dumps({"messages": [{"role": "user"}]}), "no string 'content'"),
+        (json.dumps({"text": "plain"}), "needs 'messages'"),
+        (json.dumps(["a", "list"]), "expected a JSON object"),
+    ]
+    for bad, message in cases:
+        path = tmp_path / "chat.jsonl"
+        path.write_text(json.dumps(good) + "\n\n" + bad + "\n")
+        with pytest.raises(rl.RecordError, match=message) as info:
+            rl.read_sft_records(path)
+        assert info.value.path == str(path)
+        assert info.value.line == 3  # the blank line 2 still counts
+        assert str(info.value).startswith(f"{path}:3: ")
+
+
+def test_bad_preference_and_prompt_records(tmp_path, write_jsonl):
+    path = write_jsonl(
+        tmp_path / "pref.jsonl",
+        [{"prompt": "p", "chosen": "a", "rejected": "b"}, {"prompt": "p", "chosen": "a"}],
+    )
+    with pytest.raises(rl.RecordError, match=r"pref.jsonl:2: missing field 'rejected'"):
+        rl.read_preference_records(path)
+    path = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": "ok"}, {"prompt": 3}])
+    with pytest.raises(rl.RecordError, match=r"prompts.jsonl:2: field 'prompt' is int"):
+        rl.read_prompts(path)
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "ok"}\n{"prompt": "caf\xe9"}\n')
+    with pytest.raises(rl.RecordError, match=r"latin1.jsonl:2: not UTF-8"):
+        rl.read_prompts(tmp_path / "latin1.jsonl")
+
+
+def test_cli_reports_a_bad_record_with_status_2_and_writes_nothing(
+    tmp_path, tiny, capsys, write_jsonl
+):
+    path = write_jsonl(
+        tmp_path / "pref.jsonl",
+        [
+            {"prompt": "p", "chosen": "a", "rejected": "b"},
+            {"prompt": "p", "chosen": 1, "rejected": "b"},
+        ],
+    )
+    run_dir = tmp_path / "run"
+    code = rl.main(["dpo", f"data.path={path}", "--run-dir", str(run_dir), *tiny])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{path}:2: field 'chosen' is int, expected a string" in err
+    assert len(err.strip().splitlines()) == 1
+    assert not run_dir.exists()
+
+
+def test_cli_config_errors_exit_2(tmp_path, capsys):
+    assert rl.main(["grpo", "rollout.group_sise=4"]) == 2
+    assert "Did you mean rollout.'group_size'" in capsys.readouterr().err
+    assert rl.main(["sft", "dpo.reference=sometimes"]) == 2
+    assert "dpo.reference='sometimes'; use one of precompute, live" in capsys.readouterr().err
+    assert rl.main(["sft", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
