@@ -4,7 +4,8 @@ The chain, from the outside in (each layer only when the config asks for it):
 
     partition(frozen -> set_to_zero)        frozen leaves: zero update, no state at all
       apply_if_finite                       skip a NaN/Inf gradient, count it
-        MultiSteps(k)                       average k micro-batch gradients (k=1: absent)
+        MultiSteps(k)                       average k micro-batch gradients (k=1: absent);
+                                            optlib's one way to accumulate gradients
           chain(
             clip_by_global_norm,            the norm of the trainable gradients only
             inject_hyperparams(core)(lr=schedule),   the optimiser; current lr in its state
@@ -30,7 +31,7 @@ from optax import contrib
 
 from jaxstack.optlib._src.config import OptimizerConfig
 from jaxstack.optlib._src.ema import param_ema
-from jaxstack.optlib._src.optimizers import core_factory
+from jaxstack.optlib._src.optimizers import Routing, core_factory
 from jaxstack.optlib._src.paths import (
     compile_regexes,
     first_match,
@@ -78,7 +79,7 @@ def build_optimizer(
     decay_mask = path_labels(lambda path: first_match(path, no_decay) is None)
     muon_labels, muon_dims = _muon_routing(config) if config.name == "muon" else (None, None)
     schedule = build_schedule(config)
-    factory = core_factory(config, decay_mask, muon_labels, muon_dims, schedule)
+    factory = core_factory(config, Routing(decay_mask, muon_labels, muon_dims, schedule))
     core = optax.inject_hyperparams(factory)(learning_rate=schedule)
 
     links = []

@@ -218,7 +218,10 @@ class OptimizerConfig:
       momentum: sgd momentum, adafactor momentum, muon's momentum (its `beta`).
       nesterov: sgd, adam(w) and muon Nesterov momentum (None: the optimiser's default).
       accumulate_steps: average gradients over k calls before one update (`optax.MultiSteps`;
-        k=1 adds no wrapper and no buffer).
+        k=1 adds no wrapper and no buffer). This is the one documented way to accumulate
+        gradients with optlib: call the update once per micro-batch; the parameters change on
+        every k-th call. Do not also accumulate in the training loop (e.g. a scan over
+        micro-batches): the two would multiply.
       ema_decay: keep an exponential moving average of the parameters (read it with
         `ema_params`); None keeps none.
       skip_nonfinite: skip updates whose gradients hold NaN/Inf and count them

@@ -1,10 +1,11 @@
 """Parameter paths: the `/`-joined keys that name a leaf of any parameter PyTree.
 
 Masks, learning-rate multipliers and frozen sets are written as regexes over these paths, so one
-config works for a nested dict and for a Flax NNX `State` alike. The path comes from JAX's own
-key paths (`jax.tree_util.tree_flatten_with_path`), so optlib needs no knowledge of Flax: an NNX
-`State` yields dict keys followed by the `value` attribute of its `Variable` boxes, and that
-trailing box attribute is dropped (`layers/0/kernel`, not `layers/0/kernel/value`).
+config works for a nested dict and for a Flax NNX `State` alike. The path follows the project's
+convention: `jax.tree_util.keystr(key_path, simple=True, separator="/")` after dropping a final
+`GetAttrKey("value")`, the attribute under which a Flax NNX `Variable` keeps its array (so
+`layers/0/kernel`, not `layers/0/kernel/value`; a dict key named "value" is a real name and
+stays). optlib needs no knowledge of Flax for it.
 """
 
 from __future__ import annotations
@@ -20,23 +21,15 @@ from jaxstack.optlib._src.errors import ConfigError, UnmatchedRegexWarning
 
 PyTree = Any
 
-# Attribute names under which "boxed" leaves (NNX Variables, Linen Partitioned) keep their array.
-_BOX_ATTRIBUTES = frozenset({"value", "raw_value"})
-
-
-def _key_name(key: Any) -> str:
-    for attribute in ("key", "name", "idx"):
-        if hasattr(key, attribute):
-            return str(getattr(key, attribute))
-    return str(key)
+_VARIABLE_VALUE = jax.tree_util.GetAttrKey("value")
 
 
 def path_to_str(key_path: Sequence[Any]) -> str:
-    """`/`-joins a JAX key path, dropping a trailing box attribute such as NNX's `.value`."""
-    keys = list(key_path)
-    if keys and isinstance(keys[-1], jax.tree_util.GetAttrKey) and keys[-1].name in _BOX_ATTRIBUTES:
-        keys.pop()
-    return "/".join(_key_name(k) for k in keys)
+    """The leaf path of a JAX key path: `layers/0/kernel`, `0/mu/layers/0/kernel`."""
+    keys = tuple(key_path)
+    if keys and keys[-1] == _VARIABLE_VALUE:
+        keys = keys[:-1]
+    return jax.tree_util.keystr(keys, simple=True, separator="/")
 
 
 def param_paths(tree: PyTree) -> PyTree:
