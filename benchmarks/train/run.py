@@ -8,8 +8,10 @@ d256 (4 heads, SwiGLU 1024) and d512 (8 heads, SwiGLU 2048), plus jaxstack with 
 Peers: a minimal PyTorch Llama (torch_llama.py --impl minimal) and HF LlamaForCausalLM
 (--impl hf), run from a separate torch venv. Runs are interleaved round by round so machine load
 hits every trainer alike; each trainer reports the median step time after warm-up. MFU uses
-nnlib's model FLOPs per token over the measured XLA matmul peak of this CPU. Writes results.md
-and results.json next to this file.
+nnlib's model FLOPs per token over the measured XLA matmul peak of this CPU (xprof-lite's best
+of repeats). The run conditions (CPU model and vector flags, load before/during/after,
+versions) come from ../conditions.py. Writes results-<machine kind>.md and .json next to this
+file (e.g. results-amd-epyc-avx2.md), so each CPU kind keeps its own results side by side.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+from conditions import conditions_markdown, measure_conditions
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -34,6 +38,14 @@ CASES = {
 }
 
 
+def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
+    """A short file-name tag for the CPU kind: vendor, family and widest vector unit."""
+    words = cpu_model.lower().replace("(r)", "").replace("(tm)", "").split()
+    vendor = "-".join(w for w in words[:2] if w.isalpha()) or "cpu"
+    vector = "avx512" if "avx512f" in cpu_flags else "avx2" if "avx2" in cpu_flags else "novec"
+    return f"{vendor}-{vector}"
+
+
 # glibc settings equal to jaxstack-train's `train.host_allocator=retain`, for the peers' processes.
 RETAINED_MALLOC = {
     "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0"
@@ -41,7 +53,9 @@ RETAINED_MALLOC = {
 }
 
 
-def jax_cmd(case: dict, steps: int, run_dir: str, dtype: str, allocator: str) -> list[str]:
+def jax_cmd(
+    case: dict, steps: int, run_dir: str, dtype: str, allocator: str, extra: list[str]
+) -> list[str]:
     return [
         str(ROOT / ".venv/bin/jaxstack-train"),
         "--config",
@@ -67,6 +81,7 @@ def jax_cmd(case: dict, steps: int, run_dir: str, dtype: str, allocator: str) ->
         "log.tensorboard=false",
         "log.progress=plain",
         f"train.host_allocator={allocator}",
+        *extra,
     ]
 
 
@@ -158,16 +173,19 @@ def run_maxtext(python: str, case: dict, steps: int, env: dict) -> tuple[dict, l
     return result, with_env(env, cmd)
 
 
-def run_jax(case: dict, steps: int, dtype: str, allocator: str) -> tuple[dict, list[str]]:
+def run_jax(
+    case: dict, steps: int, dtype: str, allocator: str, extra: list[str] = ()
+) -> tuple[dict, list[str]]:
     with tempfile.TemporaryDirectory() as d:
-        cmd = jax_cmd(case, steps, d + "/run", dtype, allocator)
+        cmd = jax_cmd(case, steps, d + "/run", dtype, allocator, list(extra))
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
         if proc.returncode:
             raise RuntimeError(proc.stderr[-2000:])
         lines = pathlib.Path(d, "run", "metrics.jsonl").read_text().splitlines()
         recs = [json.loads(x) for x in lines]
     s = [r for r in recs if r["kind"] == "summary"][-1]
-    return {"tokens_per_sec": s["median_tokens_per_sec"], "final_loss": s["final_loss"]}, cmd
+    out = {"tokens_per_sec": s["median_tokens_per_sec"], "final_loss": s["final_loss"]}
+    return out, cmd
 
 
 def run_torch(
@@ -204,17 +222,6 @@ def model_flops(case: dict) -> float:
     return nnlib.training_flops_per_token(cfg, 256)
 
 
-def _load_sentence(before: float, after: float, cores: int) -> str:
-    """Say whether other work competed with the run, from the load average around it."""
-    loads = f"load average {before:.1f} before, {after:.1f} after, on {cores} cores"
-    if before > 1.5:
-        return (
-            f"**Other work was running on the machine** ({loads}): absolute numbers are below an "
-            "idle machine's; the ratios within one case are the meaningful part."
-        )
-    return f"No other work was running ({loads}; the benchmark itself accounts for the load)."
-
-
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=30)
@@ -230,98 +237,124 @@ def main() -> None:
     )
     args = p.parse_args()
 
-    from jaxstack.trainer import measure_matmul_peak
+    from jaxstack import xprof_lite
 
-    peaks = {dt: max(measure_matmul_peak(dt) for _ in range(3)) for dt in ("float32", "bfloat16")}
-    load_before = os.getloadavg()
     rows, commands = [], {}
-    t0 = time.time()
-    for case_name in args.cases.split(","):
-        case = CASES[case_name]
-        flops = model_flops(case)
-        swap_allocator = case_name in args.allocator_cases.split(",")
-        trainers = {
-            "jaxstack fp32": lambda c=case: run_jax(c, args.steps, "float32", "retain"),
-            "jaxstack bf16": lambda c=case: run_jax(c, args.steps, "bfloat16", "retain"),
-            "torch minimal fp32": lambda c=case: run_torch(args.torch, "minimal", c, args.steps),
-        }
-        if swap_allocator:
-            trainers["jaxstack fp32, system malloc"] = lambda c=case: run_jax(
-                c, args.steps, "float32", "system"
-            )
-            trainers["torch minimal fp32, retained malloc"] = lambda c=case: run_torch(
-                args.torch, "minimal", c, args.steps, RETAINED_MALLOC
-            )
-        if case_name in args.hf_cases.split(","):
-            trainers["HF Llama fp32"] = lambda c=case: run_torch(args.torch, "hf", c, args.steps)
-        if args.maxtext:
-            trainers["MaxText fp32"] = lambda c=case: run_maxtext(args.maxtext, c, args.steps, {})
-            if swap_allocator:
-                trainers["MaxText fp32, retained malloc"] = lambda c=case: run_maxtext(
-                    args.maxtext, c, args.steps, RETAINED_MALLOC
-                )
-        results: dict[str, list[dict]] = {k: [] for k in trainers}
-        for _ in range(args.rounds):
-            for name, fn in trainers.items():
-                out, cmd = fn()
-                results[name].append(out)
-                commands[f"{case_name} {name}"] = shlex.join(cmd)
-                print(case_name, name, out, flush=True)
-        ref = statistics.median(r["tokens_per_sec"] for r in results["torch minimal fp32"])
-        maxtext = results.get("MaxText fp32")
-        ref_maxtext = statistics.median(r["tokens_per_sec"] for r in maxtext) if maxtext else None
-        for name, outs in results.items():
-            tps = statistics.median(r["tokens_per_sec"] for r in outs)
-            peak = peaks["bfloat16" if "bf16" in name else "float32"]
-            rows.append(
-                {
-                    "case": case_name,
-                    "trainer": name,
-                    "tokens_per_sec": tps,
-                    "vs_torch_minimal": tps / ref,
-                    "vs_maxtext": tps / ref_maxtext if ref_maxtext else None,
-                    "mfu_vs_matmul_peak": tps * flops / peak,
-                    "final_loss": outs[-1]["final_loss"],
-                    "runs": len(outs),
-                }
-            )
-    load_after = os.getloadavg()
-    meta = {
-        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "cpu_cores": len(os.sched_getaffinity(0)),
+    packages = ["jax", "jaxlib", "jaxstack-trainer", "jaxstack-nnlib", "jaxstack-xprof-lite"]
+    with measure_conditions(packages=packages) as conditions:
+        peaks = {dt: xprof_lite.measure_matmul_flops(dt) for dt in ("float32", "bfloat16")}
+        auto = xprof_lite.choose_host_allocator()
+        for case_name in args.cases.split(","):
+            rows += run_case(args, case_name, auto, peaks, commands)
+    meta = conditions.as_dict() | {
         "matmul_peak_gflops": {k: v / 1e9 for k, v in peaks.items()},
-        "load_average_before": load_before,
-        "load_average_after": load_after,
-        "wall_s": time.time() - t0,
+        "host_allocator_auto": auto,
         "steps": args.steps,
         "rounds": args.rounds,
     }
-    (HERE / "results.json").write_text(
-        json.dumps({"meta": meta, "rows": rows, "commands": commands}, indent=1)
-    )
     lines = [
-        "# benchmarks/train results",
+        f"{args.steps} steps per trainer (median step time after warm-up), {args.rounds} "
+        f"round(s), interleaved. XLA matmul peak measured in this run (best of repeats): fp32 "
+        f"{meta['matmul_peak_gflops']['float32']:.0f} GFLOP/s, bf16 "
+        f"{meta['matmul_peak_gflops']['bfloat16']:.0f} GFLOP/s. `host_allocator=auto` chose "
+        f"`{auto}` on this CPU. Every trainer: batch 8 x seq 256, 4 layers, head_dim 64, vocab "
+        "4096, AdamW; the settings column lists everything else that differs between rows.",
         "",
-        f"Run {meta['date_utc']} UTC on {meta['cpu_cores']} CPU cores, {args.steps} steps per "
-        f"trainer (median step time after warm-up), {args.rounds} round(s), interleaved.",
-        _load_sentence(load_before[0], load_after[0], meta["cpu_cores"]),
-        f"XLA matmul peak measured now: fp32 {meta['matmul_peak_gflops']['float32']:.0f} GFLOP/s,"
-        f" bf16 {meta['matmul_peak_gflops']['bfloat16']:.0f} GFLOP/s.",
-        "",
-        "| case | trainer | tokens/s | vs torch minimal | vs MaxText | MFU vs matmul peak |"
-        " final loss |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| case | trainer | settings | tokens/s | vs torch minimal | vs MaxText | MFU vs matmul "
+        "peak | final loss |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         vs_maxtext = f"{r['vs_maxtext']:.2f}x" if r["vs_maxtext"] else "-"
         lines.append(
-            f"| {r['case']} | {r['trainer']} | {r['tokens_per_sec']:,.0f} | "
+            f"| {r['case']} | {r['trainer']} | {r['settings']} | {r['tokens_per_sec']:,.0f} | "
             f"{r['vs_torch_minimal']:.2f}x | {vs_maxtext} | {r['mfu_vs_matmul_peak']:.0%} | "
             f"{r['final_loss']:.3f} |"
         )
     lines += ["", "Commands:", ""] + [f"- {k}: `{v}`" for k, v in commands.items()]
-    (HERE / "results.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    payload = {"rows": rows, "commands": commands}
+    print(write_results(None, meta, payload, "benchmarks/train results", lines))
+
+
+def write_results(name: str | None, meta: dict, payload: dict, title: str, body: list) -> str:
+    """Writes results-[name-]<machine kind>.json and .md (title, run conditions, body)."""
+    kind = machine_kind(meta["cpu_model"], meta["cpu_flags"])
+    stem = HERE / ("results-" + (f"{name}-" if name else "") + kind)
+    stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **payload}, indent=1))
+    text = "\n".join([f"# {title} on {kind}", "", conditions_markdown(meta), "", *body]) + "\n"
+    stem.with_suffix(".md").write_text(text)
+    return text
+
+
+def run_case(args, case_name: str, auto: str, peaks: dict, commands: dict) -> list[dict]:
+    """Every trainer of one case, interleaved round by round; one row per trainer."""
+    case = CASES[case_name]
+    flops = model_flops(case)
+    swap = "system" if auto == "retain" else "retain"
+    retained_env = " ".join(f"{k}={v}" for k, v in RETAINED_MALLOC.items())
+    # name -> (settings, runner)
+    trainers = {
+        "jaxstack fp32": (
+            f"float32, host_allocator=auto ({auto})",
+            lambda: run_jax(case, args.steps, "float32", "auto"),
+        ),
+        "jaxstack bf16": (
+            f"bfloat16 compute, f32 master weights, host_allocator=auto ({auto})",
+            lambda: run_jax(case, args.steps, "bfloat16", "auto"),
+        ),
+        "torch minimal fp32": (
+            "float32, system malloc, 2 threads",
+            lambda: run_torch(args.torch, "minimal", case, args.steps),
+        ),
+    }
+    if case_name in args.allocator_cases.split(","):
+        trainers[f"jaxstack fp32, host_allocator={swap}"] = (
+            f"float32, host_allocator={swap}",
+            lambda: run_jax(case, args.steps, "float32", swap),
+        )
+        trainers["torch minimal fp32, retained malloc"] = (
+            f"float32, {retained_env}, 2 threads",
+            lambda: run_torch(args.torch, "minimal", case, args.steps, RETAINED_MALLOC),
+        )
+    if case_name in args.hf_cases.split(","):
+        trainers["HF Llama fp32"] = (
+            "float32, SDPA, system malloc, 2 threads",
+            lambda: run_torch(args.torch, "hf", case, args.steps),
+        )
+    if args.maxtext:
+        trainers["MaxText fp32"] = (
+            "float32, scan_layers=false, remat_policy=minimal, synthetic data",
+            lambda: run_maxtext(args.maxtext, case, args.steps, {}),
+        )
+    results: dict[str, list[dict]] = {k: [] for k in trainers}
+    for _ in range(args.rounds):
+        for name, (_, fn) in trainers.items():
+            out, cmd = fn()
+            results[name].append(out)
+            commands[f"{case_name} {name}"] = shlex.join(cmd)
+            print(case_name, name, out, flush=True)
+    ref = statistics.median(r["tokens_per_sec"] for r in results["torch minimal fp32"])
+    maxtext = results.get("MaxText fp32")
+    ref_maxtext = statistics.median(r["tokens_per_sec"] for r in maxtext) if maxtext else None
+    rows = []
+    for name, outs in results.items():
+        tps = statistics.median(r["tokens_per_sec"] for r in outs)
+        peak = peaks["bfloat16" if "bf16" in name else "float32"]
+        rows.append(
+            {
+                "case": case_name,
+                "trainer": name,
+                "settings": trainers[name][0],
+                "tokens_per_sec": tps,
+                "tokens_per_sec_each_round": [r["tokens_per_sec"] for r in outs],
+                "vs_torch_minimal": tps / ref,
+                "vs_maxtext": tps / ref_maxtext if ref_maxtext else None,
+                "mfu_vs_matmul_peak": tps * flops / peak,
+                "final_loss": outs[-1]["final_loss"],
+                "runs": len(outs),
+            }
+        )
+    return rows
 
 
 if __name__ == "__main__":

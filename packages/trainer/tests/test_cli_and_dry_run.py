@@ -97,3 +97,31 @@ def test_cli_dry_run_compiles_real_size_on_fake_cpu_devices():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "compiled                         True" in proc.stdout
     assert "peak_bytes_per_device" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "named"),
+    [
+        (["optim.learning_rate=-1"], "optim.learning_rate"),
+        (["model.num_layers=two"], "model.num_layers"),
+        (["checkpoint.max_to_keep=0"], "checkpoint.max_to_keep"),
+        (["eval.every=-5"], "eval.every"),
+        (["train.steps=2"], "optim.schedule.warmup_steps=2"),
+        (["data.path={tmp}/empty.txt"], "empty.txt' is an empty file"),
+        (["--config", "{tmp}/list.yaml"], "holds a list"),
+        (["--config", "{tmp}/binary.yaml"], "not a text (UTF-8) file"),
+    ],
+)
+def test_user_errors_are_one_line_exit_2_and_write_nothing(capsys, tmp_path, args, named):
+    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
+    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00\x01")
+    args = [a.format(tmp=tmp_path) for a in args]
+    if "--config" not in args:
+        args = ["--config", "test", *args]
+    run_dir = tmp_path / "run"
+    assert main([*args, f"--run-dir={run_dir}"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("jaxstack-train: error: "), err
+    assert named in err
+    assert not run_dir.exists()

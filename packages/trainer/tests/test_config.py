@@ -13,12 +13,12 @@ def test_presets_include_the_main_job_and_real_sizes():
 def test_overrides_apply_in_order_with_types_and_alias():
     c = load_config(
         "tiny",
-        ["model.num_layers=2", "optim.lr=3e-4", "train.steps=7", "log.tensorboard=false"],
+        ["model.num_layers=2", "optim.lr=3e-4", "train.steps=70", "log.tensorboard=false"],
     )
     assert c.model["num_layers"] == 2
     assert c.optim["learning_rate"] == pytest.approx(3e-4)
     assert "lr" not in c.optim
-    assert c.train.steps == 7
+    assert c.train.steps == 70
     assert c.log.tensorboard is False
     # an int where a float is declared is accepted and stored as float
     assert load_config("tiny", ["train.z_loss_weight=1"]).train.z_loss_weight == 1.0
@@ -75,3 +75,59 @@ def test_config_round_trips_through_yaml(tmp_path):
 def test_missing_config_file_is_named(tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(str(tmp_path / "nope.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("optim.learning_rate=-1", r"^optim\.learning_rate must be >= 0"),
+        ("optim.lr=abc", r"^optim\.learning_rate must be float"),
+        ("model.num_layers=two", r"^model\.num_layers must be int, got 'two'"),
+        ("model.num_layers=0", r"num_layers=0 must be positive"),
+        ("checkpoint.max_to_keep=0", r"^checkpoint\.max_to_keep must be >= 1"),
+        ("eval.every=-5", r"^eval\.every must be >= 0"),
+        ("eval.batches=0", r"^eval\.batches must be >= 1"),
+        ("data.num_workers=-1", r"^data\.num_workers must be >= 0"),
+        ("log.peak_flops=-3", r"^log\.peak_flops must be a positive"),
+        ("train.host_allocator=mmap", r"^train\.host_allocator must be one of auto, retain"),
+        ("train.steps=2", r"warmup_steps=2 leaves no steps to decay over in a 2-step schedule"),
+    ],
+)
+def test_every_bad_value_fails_at_load_time_naming_the_key(override, message):
+    # the `test` preset warms up for 2 steps
+    with pytest.raises(ConfigError, match=message):
+        load_config("test", [override])
+
+
+def test_two_gradient_accumulations_are_refused():
+    with pytest.raises(ConfigError, match=r"train\.grad_accum=2 and optim\.accumulate_steps=2"):
+        load_config("test", ["train.grad_accum=2", "optim.accumulate_steps=2"])
+    assert load_config("test", ["optim.accumulate_steps=2"]).optim["accumulate_steps"] == 2
+
+
+def test_files_and_overrides_share_one_yaml_reader(tmp_path):
+    (tmp_path / "c.yaml").write_text(
+        "optim:\n  learning_rate: 3e-4\ntrain:\n  z_loss_weight: 1E-4\n"
+    )
+    c = load_config(str(tmp_path / "c.yaml"))
+    assert c.optim["learning_rate"] == 3e-4 and c.train.z_loss_weight == 1e-4
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"model: [unclosed\n", r"is not valid YAML \(line 2\)"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", r"is not a text \(UTF-8\) file"),
+        (b"train:\x00\n", r"is binary, not YAML"),
+        (b"- model\n- optim\n", r"holds a list, not a mapping of sections"),
+        (b"42\n", r"holds the int 42, not a mapping of sections"),
+        (b"model: 3\n", r"config section 'model' must be a mapping of keys to values, got the int"),
+        (b"train: [1, 2]\n", r"config section 'train' must be a mapping of keys to values, got a"),
+    ],
+)
+def test_a_config_file_that_is_not_a_yaml_mapping_is_named(tmp_path, content, message):
+    path = tmp_path / "bad.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config(str(path))
+    assert "\n" not in str(e.value)

@@ -1,7 +1,9 @@
 """Layouts on 8 CPU devices, two processes under jax.distributed, SIGKILL and resume.
 
 Each test runs the trainer in fresh Python processes (device counts and jax.distributed are
-fixed at backend start), so they are slow and marked as such.
+fixed at backend start). All the processes of one test share one deadline that ends before
+pytest's own timeout, so a hung process is killed by the test (with its siblings) and reported
+with its output instead of being cut off by pytest.
 """
 
 import json
@@ -10,6 +12,7 @@ import pathlib
 import socket
 import subprocess
 import sys
+import time
 
 import jax
 import numpy as np
@@ -18,6 +21,18 @@ import pytest
 from jaxstack.trainer import read_jsonl
 
 SCRIPTS = pathlib.Path(__file__).parent / "scripts"
+PYTEST_TIMEOUT_S = 900  # the CI's --timeout
+pytestmark = pytest.mark.timeout(PYTEST_TIMEOUT_S)
+
+
+@pytest.fixture
+def deadline() -> float:
+    """When every process of the test must be done: a minute before pytest's timeout."""
+    return time.monotonic() + PYTEST_TIMEOUT_S - 60
+
+
+def _left(deadline: float) -> float:
+    return max(1.0, deadline - time.monotonic())
 
 
 def _env(devices: int | None = None) -> dict[str, str]:
@@ -28,23 +43,24 @@ def _env(devices: int | None = None) -> dict[str, str]:
     return env
 
 
-def _run(args: list[str], env: dict[str, str], timeout: int = 600) -> subprocess.CompletedProcess:
+def _run(args: list[str], env: dict[str, str], deadline: float) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=_left(deadline)
     )
 
 
-def _layout_losses(root: pathlib.Path, devices: int, layouts: list[str]) -> dict:
-    proc = _run([str(SCRIPTS / "train_layouts.py"), str(root), *layouts], _env(devices))
+def _layout_losses(root: pathlib.Path, devices: int, layouts: list[str], deadline: float) -> dict:
+    script = str(SCRIPTS / "train_layouts.py")
+    proc = _run([script, str(root), *layouts], _env(devices), deadline)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
     return json.loads(line.removeprefix("RESULT "))
 
 
-def test_layouts_on_8_devices_match_one_device(tmp_path):
-    ref = _layout_losses(tmp_path / "one", 1, ["data=1"])["data=1"]
+def test_layouts_on_8_devices_match_one_device(tmp_path, deadline):
+    ref = _layout_losses(tmp_path / "one", 1, ["data=1"], deadline)["data=1"]
     layouts = ["data=8", "fsdp=8", "fsdp=4,tensor=2", "data=2,fsdp=2,tensor=2"]
-    got = _layout_losses(tmp_path / "eight", 8, layouts)
+    got = _layout_losses(tmp_path / "eight", 8, layouts, deadline)
     assert ref["loss"][-1] < ref["loss"][0]
     for layout in layouts:
         np.testing.assert_allclose(got[layout]["loss"], ref["loss"], rtol=2e-5, err_msg=layout)
@@ -60,24 +76,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.multiprocess
-def test_two_processes_match_one_process(tmp_path):
-    port = _free_port()
+def _two_processes(run_dir: pathlib.Path, steps: int, deadline: float) -> list[tuple[int, str]]:
+    """(status, output) of both workers. Another program may take the free port between
+    `_free_port` and the coordinator's bind; then the pair is started again on a new port."""
     worker = str(SCRIPTS / "multihost_worker.py")
+    for _attempt in range(3):
+        port = _free_port()
+        procs = [
+            subprocess.Popen(
+                [sys.executable, worker, str(i), str(port), str(run_dir), str(steps)],
+                env=_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(2)
+        ]
+        try:
+            outs = [p.communicate(timeout=_left(deadline))[0] for p in procs]
+        finally:
+            for p in procs:  # a timeout or a failed sibling must not leave the other running
+                if p.poll() is None:
+                    p.kill()
+                    p.communicate()
+        results = [(p.returncode, out) for p, out in zip(procs, outs, strict=True)]
+        if not any("address already in use" in out.lower() for _, out in results):
+            return results
+    return results
+
+
+@pytest.mark.multiprocess
+def test_two_processes_match_one_process(tmp_path, deadline):
     multi_dir = tmp_path / "multi"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, worker, str(i), str(port), str(multi_dir), "8"],
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outs = [p.communicate(timeout=600) for p in procs]
-    for p, (out, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err[-3000:]
+    for status, out in _two_processes(multi_dir, 8, deadline):
+        assert status == 0, out[-3000:]
         assert "DONE step 8" in out
     # The same global batches read by one process: data.num_shards=2 without jax.distributed.
     single_dir = tmp_path / "single"
@@ -96,6 +128,7 @@ def test_two_processes_match_one_process(tmp_path):
             "train.xla_flags=null",  # the workers call train() directly, without CLI flags
         ],
         _env(),
+        deadline,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     multi = [r for r in read_jsonl(multi_dir / "metrics.jsonl") if r["kind"] == "train"]
@@ -114,14 +147,14 @@ def test_two_processes_match_one_process(tmp_path):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
 
 
-def test_sigkill_then_resume_is_bitwise_identical(tmp_path):
+def test_sigkill_then_resume_is_bitwise_identical(tmp_path, deadline):
     script = str(SCRIPTS / "kill_resume.py")
-    straight = _run([script, str(tmp_path / "straight"), "12"], _env())
+    straight = _run([script, str(tmp_path / "straight"), "12"], _env(), deadline)
     assert straight.returncode == 0, straight.stderr[-3000:]
-    killed = _run([script, str(tmp_path / "resumed"), "12", "7"], _env())
+    killed = _run([script, str(tmp_path / "resumed"), "12", "7"], _env(), deadline)
     assert killed.returncode == -9, killed.stderr[-3000:]
     assert "KILLING at step 7" in killed.stdout
-    resumed = _run([script, str(tmp_path / "resumed"), "12"], _env())
+    resumed = _run([script, str(tmp_path / "resumed"), "12"], _env(), deadline)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resumed from checkpoint step" in resumed.stdout
 

@@ -53,3 +53,25 @@ def test_build_mesh_has_the_four_axes():
     mesh = build_mesh(MeshConfig())
     assert mesh.axis_names == ("data", "fsdp", "tensor", "expert")
     assert mesh.devices.size == jax.device_count()
+
+
+def test_parameter_paths_follow_the_project_convention():
+    import jax.numpy as jnp
+    import optax
+    from flax import nnx
+
+    from jaxstack import nnlib
+    from jaxstack.trainer._src.mesh import path_str
+
+    cfg = nnlib.get_preset("tiny").replace(
+        num_layers=1, d_model=16, num_heads=2, num_kv_heads=2, head_dim=8, mlp_dim=32, vocab_size=32
+    )
+    model = nnx.eval_shape(lambda: nnlib.Transformer(cfg, rngs=nnx.Rngs(0)))
+    state = nnx.state(model, nnx.Param)
+    names = [path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(state)[0]]
+    assert all(not n.endswith("/value") for n in names)
+    assert any(n.startswith("layers/0/") and n.endswith("/kernel") for n in names)
+    opt = jax.eval_shape(optax.adam(1e-3).init, {"w": {"value": jnp.zeros(2)}})
+    opt_names = {path_str(p) for p, _ in jax.tree_util.tree_flatten_with_path(opt)[0]}
+    # a dict key named "value" is a real name and stays
+    assert {"0/mu/w/value", "0/nu/w/value", "0/count"} == opt_names

@@ -1,12 +1,14 @@
 """End-to-end training on the `test` preset (a 2-layer d=32 model, seconds per run)."""
 
 import math
+import pathlib
+import shutil
 
 import jax
 import numpy as np
 import pytest
 
-from jaxstack.trainer import DataError, load_config, read_jsonl, train
+from jaxstack.trainer import DataError, load_config, main, read_jsonl, train
 
 STEP_KEYS = {"loss", "learning_rate", "grad_norm", "tokens_per_sec", "step_time_s", "mfu"}
 
@@ -131,7 +133,58 @@ def test_custom_text_data(tmp_path):
             "optim.lr=1e-2",
             "checkpoint.enabled=false",
             "log.sample_tokens=0",
+            "log.peak_flops=1000",  # far below what any step does
         ],
     )
     result = train(config)
     assert result.summary["final_loss"] < result.summary["first_loss"] - 1.0
+    # MFU is against a peak no step exceeds: the fastest step so far becomes the peak
+    mfus = [
+        r["mfu"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl") if r["kind"] == "train"
+    ]
+    assert mfus[0] == 1.0 and max(mfus) == 1.0 and all(0 < m <= 1.0 for m in mfus)
+
+
+def _damage(step_dir: pathlib.Path) -> None:
+    """Truncates the largest file of a checkpoint to half: only its size gives it away."""
+    biggest = max((p for p in step_dir.rglob("*") if p.is_file()), key=lambda p: p.stat().st_size)
+    biggest.write_bytes(biggest.read_bytes()[: biggest.stat().st_size // 2])
+
+
+QUIET = ["eval.every=0", "log.sample_tokens=0", "log.report=false", "log.tensorboard=false"]
+
+
+def test_damaged_checkpoints_never_crash_loop(run, tmp_path, capsys):
+    """A copy of the 20-step run (checkpoints 10 and 20): damage step 20, rerun twice; then
+    damage every step and rerun: each time the run completes, and the damage is said."""
+    config, result = run
+    shutil.copytree(result.run_dir / "checkpoints", tmp_path / "checkpoints")
+    config = load_config("test", [*QUIET, f"log.run_dir={tmp_path}", "train.steps=20"])
+    checkpoints = tmp_path / "checkpoints"
+    _damage(checkpoints / "step_00000020")
+    capsys.readouterr()
+    # the first rerun falls back to step 10 and saves step 20 again; the second has nothing to do
+    assert train(config).step == 20
+    assert train(config).step == 20
+    out = capsys.readouterr().out
+    assert "resumed from checkpoint step 10" in out and "resumed from checkpoint step 20" in out
+    [warning] = [line for line in out.splitlines() if line.startswith("WARNING")]
+    assert "step 20" in warning
+    for step_dir in checkpoints.glob("step_*"):
+        _damage(step_dir)
+    again = train(config)
+    out = capsys.readouterr().out
+    assert again.step == 20
+    assert "WARNING: starting from scratch because no checkpoint could be restored" in out
+    assert again.summary["final_loss"] < again.summary["first_loss"]
+
+
+def test_resuming_a_run_past_train_steps_is_one_line_exit_2(run, capsys):
+    _, result = run
+    before = sorted(p.name for p in result.run_dir.rglob("*"))
+    args = ["--config", "test", f"--run-dir={result.run_dir}", "train.steps=10"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "already at step 20, past train.steps=10; raise train.steps" in err
+    assert sorted(p.name for p in result.run_dir.rglob("*")) == before

@@ -4,72 +4,63 @@ It composes nnlib (model), optlib (optimiser and losses), datalib (data) and ckp
 (checkpoints) into one training loop with YAML configs, device meshes and logical-axis sharding,
 MFU and goodput accounting, JSON-lines/TensorBoard metrics, an HTML report and the
 `jaxstack-train` command. See docs/trainer.md.
+
+Public names load on first use (PEP 562), so `jaxstack-train` can install its SIGTERM/SIGINT
+handler before JAX is imported: a signal during the seconds of start-up is answered at once.
 """
 
-from jaxstack.trainer._src.cli import main
-from jaxstack.trainer._src.config import (
-    CheckpointSection,
-    Config,
-    DataConfig,
-    EvalSection,
-    LogSection,
-    MeshConfig,
-    TrainSection,
-    list_configs,
-    load_config,
-    parse_override,
-)
-from jaxstack.trainer._src.dry_run import dry_run
-from jaxstack.trainer._src.errors import ConfigError, DataError, Error, MeshError
-from jaxstack.trainer._src.goodput import GoodputTracker
-from jaxstack.trainer._src.loop import TrainResult, train
-from jaxstack.trainer._src.mesh import (
-    DEFAULT_RULES,
-    batch_sharding,
-    build_mesh,
-    logical_rules,
-    param_shardings,
-    resolve_axes,
-    state_shardings,
-)
-from jaxstack.trainer._src.metrics_log import read_jsonl
-from jaxstack.trainer._src.peak import DevicePeak, device_peak, measure_matmul_peak
-from jaxstack.trainer._src.report import write_report
-from jaxstack.trainer._src.step import make_eval_step, make_loss_fn, make_train_step
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_RULES",
-    "CheckpointSection",
-    "Config",
-    "ConfigError",
-    "DataConfig",
-    "DataError",
-    "DevicePeak",
-    "Error",
-    "EvalSection",
-    "GoodputTracker",
-    "LogSection",
-    "MeshConfig",
-    "MeshError",
-    "TrainResult",
-    "TrainSection",
-    "batch_sharding",
-    "build_mesh",
-    "device_peak",
-    "dry_run",
-    "list_configs",
-    "load_config",
-    "logical_rules",
-    "main",
-    "make_eval_step",
-    "make_loss_fn",
-    "make_train_step",
-    "measure_matmul_peak",
-    "param_shardings",
-    "parse_override",
-    "read_jsonl",
-    "resolve_axes",
-    "state_shardings",
-    "train",
-    "write_report",
-]
+# public name -> the private module that defines it
+_EXPORTS = {
+    "CheckpointSection": "config",
+    "Config": "config",
+    "DataConfig": "config",
+    "EvalSection": "config",
+    "LogSection": "config",
+    "MeshConfig": "config",
+    "TrainSection": "config",
+    "apply_overrides": "config",
+    "build_section": "config",
+    "list_configs": "config",
+    "load_config": "config",
+    "parse_override": "config",
+    "main": "cli",
+    "dry_run": "dry_run",
+    "ConfigError": "errors",
+    "DataError": "errors",
+    "Error": "errors",
+    "MeshError": "errors",
+    "ResumeError": "errors",
+    "GoodputTracker": "goodput",
+    "TrainResult": "loop",
+    "train": "loop",
+    "DEFAULT_RULES": "mesh",
+    "batch_sharding": "mesh",
+    "build_mesh": "mesh",
+    "logical_rules": "mesh",
+    "param_shardings": "mesh",
+    "resolve_axes": "mesh",
+    "state_shardings": "mesh",
+    "MetricsLog": "metrics_log",
+    "read_jsonl": "metrics_log",
+    "write_report": "report",
+    "make_eval_step": "step",
+    "make_loss_fn": "step",
+    "make_train_step": "step",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'jaxstack.trainer' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"jaxstack.trainer._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -5,8 +5,11 @@
     jaxstack-train --config llama3-8b --dry-run --mesh fsdp=8
     jaxstack-train --list-configs
 
-Errors the user can fix (bad preset, unknown key, batch not dividing the mesh, missing data)
-print one clear line and exit with status 2 instead of a traceback.
+Exit statuses: 0 the run finished; 2 an error the user can fix (bad preset, unknown key or
+value, batch not dividing the mesh, missing data), printed as one line naming the key or file
+and the fix, with nothing written; 143 (SIGTERM) or 130 (SIGINT) the run was stopped by that
+signal, after saving a checkpoint of the step it had reached when checkpointing is on, and
+prints a `stopped:` line instead of `done:`. Rerunning the same command resumes.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys  # noqa: E402
 
 from jaxstack.trainer._src.config import list_configs, load_config  # noqa: E402
 from jaxstack.trainer._src.errors import ConfigError, Error  # noqa: E402
+from jaxstack.trainer._src.signals import STOP, Stopped, exit_status  # noqa: E402
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
 
@@ -47,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
         prog="jaxstack-train",
         description="Train a language model with jaxstack (defaults: the tiny model on the "
         "built-in corpus, a few minutes on a CPU).",
+        epilog="Exit status: 0 finished; 2 a config, data or resume error (one line names the "
+        "key or file and the fix; nothing written); 143 stopped by SIGTERM, 130 stopped by "
+        "SIGINT (a checkpoint of the step reached is saved first when checkpointing is on; "
+        "rerun the same command to resume).",
     )
     p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.num_layers=2")
     p.add_argument("--config", default="tiny", help="preset name or YAML path (default: tiny)")
@@ -59,9 +67,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    # First thing, before JAX is imported (that takes seconds): SIGTERM/SIGINT are answered.
+    STOP.install()
     try:
-        return _main(args)
+        return _main(_parser().parse_args(argv))
+    except Stopped as e:
+        where = e.detail or "during start-up, before the first step; nothing was saved"
+        print(f"jaxstack-train: stopped by {e} {where}", file=sys.stderr)
+        return exit_status(e.signum)
     except Error as e:
         print(f"jaxstack-train: error: {e}", file=sys.stderr)
         return 2
@@ -71,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"jaxstack-train: error: {type(e).__name__}: {e}", file=sys.stderr)
             return 2
         raise
+    finally:
+        STOP.uninstall()
 
 
 def _main(args: argparse.Namespace) -> int:
@@ -101,6 +116,21 @@ def _main(args: argparse.Namespace) -> int:
 
     result = train(config, start_time=_START)
     s = result.summary
+    if result.stopped:
+        saved = (
+            f"saved checkpoint step {result.step} in {result.run_dir / 'checkpoints'}"
+            if result.saved_on_stop
+            else "checkpointing is off, nothing was saved"
+        )
+        print(
+            f"stopped: by {result.stopped} at step {result.step} of {config.train.steps}; "
+            f"{saved}; rerun the same command to resume",
+            file=sys.stderr,
+        )
+        return exit_status(result.stop_signal)
+    if "first_loss" not in s:
+        print(f"done: the run in {result.run_dir} had already finished step {result.step}")
+        return 0
     print(
         f"done: step {result.step}, loss {s.get('first_loss', float('nan')):.3f} -> "
         f"{s.get('final_loss', float('nan')):.3f}, eval loss {s.get('eval_loss', float('nan')):.3f}"

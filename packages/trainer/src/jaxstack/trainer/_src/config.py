@@ -11,8 +11,12 @@ one source of truth for each field:
 
 Presets are YAML files shipped in the package (`list_configs()`); `load_config("tiny",
 ["model.num_layers=2", "optim.lr=3e-4"])` reads one, applies the overrides in order and validates
-the result. An unknown key is an error that suggests the nearest valid key. The resolved config
-is written next to every run (`config.yaml`) so a run can be repeated with `--config` on it.
+the result. An unknown key is an error that suggests the nearest valid key, and every value is
+checked when the config is loaded (types, ranges, and the model and optimiser built as nnlib and
+optlib would build them), so a bad value is one line naming the key and the fix before anything
+runs. Files and override values are read by one YAML loader with one coercion scheme. The
+resolved config is written next to every run (`config.yaml`) so a run can be repeated with
+`--config` on it.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.resources
+import os
 import pathlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -87,8 +93,9 @@ class TrainSection:
     # JAX's persistent compilation cache: a restarted or resumed run skips recompiling.
     compile_cache: str | None = "~/.cache/jaxstack/jax"
     # "retain": glibc keeps freed host memory for the next step instead of unmapping it (XLA:CPU's
-    # per-step buffers otherwise page-fault back in every step); "system": leave malloc alone.
-    host_allocator: str = "retain"
+    # per-step buffers otherwise page-fault back in every step); "system": leave malloc alone;
+    # "auto": whichever measured faster on this kind of CPU (xprof-lite's set_host_allocator).
+    host_allocator: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,7 +137,7 @@ SECTIONS: dict[str, type] = {
     "checkpoint": CheckpointSection,
     "log": LogSection,
 }
-FREE_SECTIONS = ("model", "optim")  # validated against sibling dataclasses, see `_sibling_fields`
+FREE_SECTIONS = ("model", "optim")  # checked by nnlib and optlib, see `_check_model/_optim`
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,25 +163,27 @@ class Config:
 
     @classmethod
     def from_dict(cls, tree: Mapping[str, Any], name: str = "custom") -> Config:
+        if not isinstance(tree, Mapping):
+            raise ConfigError(
+                f"a config must be a mapping of sections (model:, optim:, train:, ...), got "
+                f"{_kind(tree)}"
+            )
         tree = dict(tree)
         name = str(tree.pop("name", name))
         unknown = set(tree) - set(SECTIONS) - set(FREE_SECTIONS)
         for key in sorted(unknown):
             raise ConfigError(_unknown_message(key, [*SECTIONS, *FREE_SECTIONS]))
-        model = dict(tree.get("model") or {})
-        model.setdefault("preset", "tiny")
-        optim = _normalise_aliases("optim", dict(tree.get("optim") or {}))
-        _check_sibling_keys("model", model)
-        _check_sibling_keys("optim", optim)
+        model = _check_model(_section("model", tree.get("model")))
+        optim = _normalise_aliases("optim", _section("optim", tree.get("optim")))
         built = {s: build_section(s, cls_, tree.get(s) or {}) for s, cls_ in SECTIONS.items()}
         config = cls(model=model, optim=optim, name=name, **built)
         _check_values(config)
-        return config
+        return dataclasses.replace(config, optim=_check_optim(optim, config.train))
 
     def save(self, path: str | pathlib.Path) -> None:
-        """Writes the config as YAML, atomically (temporary file, then rename)."""
+        """Writes the config as YAML, atomically (a temporary name unique to this writer)."""
         path = pathlib.Path(path)
-        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{id(self)}.tmp")
         tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
         tmp.replace(path)
 
@@ -219,16 +228,34 @@ def parse_override(item: str) -> tuple[str, Any]:
 
 
 def parse_value(raw: str) -> Any:
-    """YAML scalar parsing, plus the float forms PyYAML misses (`3e-4`, `1E5`)."""
-    for convert in (int, float):
-        try:
-            return convert(raw)
-        except ValueError:
-            pass
+    """An override value, read by the same YAML loader as config files (`3e-4` is a float)."""
     try:
-        return yaml.safe_load(raw)
+        return load_yaml(raw)
     except yaml.YAMLError:
         return raw
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader reading floats as YAML 1.2 does: `3e-4` and `1E5` are numbers."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """The trainer's one YAML reader (safe: no Python objects), for files and overrides alike."""
+    return yaml.load(text, Loader=_Loader)
 
 
 def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
@@ -236,7 +263,7 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
     if name_or_path.endswith((".yaml", ".yml")) or path.is_file():
         if not path.is_file():
             raise ConfigError(f"config file {str(path)!r} does not exist")
-        return yaml.safe_load(path.read_text()) or {}, path.stem
+        return _read_file(path), path.stem
     names = list_configs()
     if name_or_path not in names:
         near = difflib.get_close_matches(name_or_path, names, n=1)
@@ -246,7 +273,47 @@ def _read(name_or_path: str) -> tuple[dict[str, Any], str]:
             f"{', '.join(names)}; or pass a path to a YAML file."
         )
     root = importlib.resources.files("jaxstack.trainer._src") / "presets"
-    return yaml.safe_load((root / f"{name_or_path}.yaml").read_text()) or {}, name_or_path
+    return load_yaml((root / f"{name_or_path}.yaml").read_text()) or {}, name_or_path
+
+
+def _read_file(path: pathlib.Path) -> Any:
+    fix = "pass a YAML mapping of sections (see --print-config) or a preset name"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"config file {str(path)!r} is not a text (UTF-8) file; {fix}") from None
+    if "\x00" in text:
+        raise ConfigError(f"config file {str(path)!r} is binary, not YAML; {fix}")
+    try:
+        tree = load_yaml(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}; {fix}") from None
+    if tree is None:
+        return {}
+    if not isinstance(tree, Mapping):
+        raise ConfigError(
+            f"config file {str(path)!r} holds {_kind(tree)}, not a mapping of sections; {fix}"
+        )
+    return dict(tree)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return "a list"
+    return f"the {type(value).__name__} {value!r}"
+
+
+def _section(section: str, values: Any) -> dict[str, Any]:
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise ConfigError(
+            f"config section {section!r} must be a mapping of keys to values, got "
+            f"{_kind(values)}; e.g. {section}.<key>=<value> or '{section}: {{key: value}}'"
+        )
+    return dict(values)
 
 
 def _set_dotted(tree: dict[str, Any], key: str, value: Any) -> None:
@@ -292,8 +359,7 @@ def build_section(section: str, cls: type, values: Mapping[str, Any]) -> Any:
 
     An unknown key names the nearest valid one; a value of the wrong type names the key.
     """
-    if not isinstance(values, Mapping):
-        raise ConfigError(f"config section {section!r} must be a mapping, got {values!r}")
+    values = _section(section, values)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in values.items():
@@ -307,8 +373,16 @@ _TYPES = {"int": int, "float": float, "bool": bool, "str": str}
 
 
 def _coerce(key: str, value: Any, annotation: Any) -> Any:
-    """Checks a value against a (string) annotation such as `int`, `float | None`, `str`."""
+    """Checks a value against a (string) annotation such as `int`, `float | None`, `str`.
+
+    The one coercion rule of every section, the trainer's and the siblings' alike: an int
+    where a float is declared becomes a float, nothing else is converted. Annotations other
+    than int/float/bool/str (mappings, tuples, sibling configs) are left to the sibling's own
+    checks.
+    """
     names = [t.strip() for t in str(annotation).split("|")]
+    if not any(n in _TYPES or n.startswith("dict") for n in names):
+        return value
     if value is None:
         if "None" in names:
             return None
@@ -332,48 +406,129 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     raise ConfigError(f"{key} must be {' or '.join(names)}, got {value!r} ({type(value).__name__})")
 
 
-def _sibling_fields(section: str, sub: str | None = None) -> dict[str, Any] | None:
-    """Field names and defaults of the sibling dataclass a free section is validated against."""
+def _check_model(model: dict[str, Any]) -> dict[str, Any]:
+    """Keys, types and values of the model section, checked by building nnlib's ModelConfig."""
+    from jaxstack import nnlib
+
+    model.setdefault("preset", "tiny")
+    base = nnlib_preset(model["preset"])
+    fields = {f.name: f for f in dataclasses.fields(nnlib.ModelConfig)}
+    for key, value in model.items():
+        if key == "preset":
+            continue
+        if key not in fields:
+            raise ConfigError(_unknown_message(f"model.{key}", [*fields, "preset"]))
+        model[key] = _coerce(f"model.{key}", value, fields[key].type)
     try:
-        if section == "model":
-            from jaxstack.nnlib import ModelConfig as cls
-        elif sub == "schedule":
-            from jaxstack.optlib import ScheduleConfig as cls
-        else:
-            from jaxstack.optlib import OptimizerConfig as cls
-    except ImportError:
-        return None
-    return {f.name: f for f in dataclasses.fields(cls)}
+        base.replace(**{k: v for k, v in model.items() if k != "preset"})
+    except (nnlib.Error, TypeError, ValueError) as e:
+        raise ConfigError(f"model section is not valid for nnlib: {e}") from None
+    return model
 
 
-def _check_sibling_keys(section: str, values: dict[str, Any]) -> None:
-    fields = _sibling_fields(section)
-    if fields is None:
-        return
-    valid = set(fields) | ({"preset"} if section == "model" else set())
-    for key, value in values.items():
-        if key not in valid:
-            extra = ["lr"] if section == "optim" else []
-            raise ConfigError(_unknown_message(f"{section}.{key}", [*valid, *extra]))
-        if section == "optim" and key == "schedule" and isinstance(value, Mapping):
-            sched = _sibling_fields("optim", "schedule") or {}
-            for sub in value:
-                if sched and sub not in sched:
-                    raise ConfigError(_unknown_message(f"optim.schedule.{sub}", sched))
+def nnlib_preset(name: Any) -> Any:
+    """nnlib's preset `name`, or a ConfigError listing the presets."""
+    from jaxstack import nnlib
+
+    if isinstance(name, str) and name in nnlib.list_presets():
+        return nnlib.get_preset(name)
+    raise ConfigError(
+        f"model.preset={name!r} is not an nnlib preset; available: "
+        f"{', '.join(nnlib.list_presets())}"
+    )
+
+
+def _check_optim(optim: dict[str, Any], train: TrainSection) -> dict[str, Any]:
+    """Keys, types and values of the optim section, checked by building optlib's config and
+    schedule for a run of `train.steps` steps."""
+    from jaxstack import optlib
+
+    for section, cls in (("optim", optlib.OptimizerConfig), ("optim.schedule", None)):
+        values = optim if cls else optim.get("schedule")
+        if not isinstance(values, Mapping):
+            continue
+        fields = {f.name: f for f in dataclasses.fields(cls or optlib.ScheduleConfig)}
+        for key, value in values.items():
+            if key not in fields:
+                extra = ["lr"] if section == "optim" else []
+                raise ConfigError(_unknown_message(f"{section}.{key}", [*fields, *extra]))
+            values[key] = _coerce(f"{section}.{key}", value, fields[key].type)
+    if train.grad_accum > 1 and optim.get("accumulate_steps", 1) > 1:
+        raise ConfigError(
+            f"train.grad_accum={train.grad_accum} and optim.accumulate_steps="
+            f"{optim['accumulate_steps']} both accumulate gradients; keep one (train.grad_accum "
+            "splits each step's batch in the jitted step; optim.accumulate_steps applies an "
+            "update every N steps)"
+        )
+    try:
+        resolved = optimizer_config(optim, train.steps)
+        schedule = resolved.schedule
+        if (
+            schedule.name not in ("constant", "warmup_constant")
+            and schedule.total_steps
+            and (schedule.warmup_steps >= schedule.total_steps)
+        ):
+            raise ConfigError(
+                f"optim.schedule.warmup_steps={schedule.warmup_steps} leaves no steps to decay "
+                f"over in a {schedule.total_steps}-step schedule (train.steps or "
+                "optim.schedule.total_steps); make the warmup shorter or the run longer"
+            )
+        optlib.build_schedule(schedule, resolved.learning_rate)
+    except ConfigError:
+        raise
+    except (optlib.Error, TypeError, ValueError) as e:
+        # optlib names the field ("learning_rate must be >= 0.0"); say which section it is in.
+        field = re.split(r"[ =.]", str(e), maxsplit=1)[0]
+        known = {f.name for f in dataclasses.fields(optlib.OptimizerConfig)}
+        raise ConfigError(f"optim.{e}" if field in known else f"optim: {e}") from None
+    return optim
+
+
+def optimizer_config(optim: Mapping[str, Any], steps: int) -> Any:
+    """optlib `OptimizerConfig` of the optim section; the schedule's total_steps defaults to
+    train.steps."""
+    from jaxstack import optlib
+
+    optim = dict(optim)
+    schedule = dict(optim.get("schedule") or {})
+    if schedule.get("total_steps") is None and schedule.get("name", "constant") != "constant":
+        schedule["total_steps"] = steps
+    if schedule:
+        optim["schedule"] = schedule
+    return optlib.OptimizerConfig.from_dict(optim)
 
 
 def _check_values(config: Config) -> None:
-    positive = {
-        "data.seq_len": config.data.seq_len,
-        "data.batch_size": config.data.batch_size,
-        "train.steps": config.train.steps,
-        "train.grad_accum": config.train.grad_accum,
-        "log.every": config.log.every,
-        "checkpoint.every": config.checkpoint.every,
+    at_least = {
+        "data.seq_len": (config.data.seq_len, 1),
+        "data.batch_size": (config.data.batch_size, 1),
+        "data.num_workers": (config.data.num_workers, 0),
+        "data.prefetch": (config.data.prefetch, 1),
+        "data.num_shards": (config.data.num_shards, 1),
+        "train.steps": (config.train.steps, 1),
+        "train.grad_accum": (config.train.grad_accum, 1),
+        "train.z_loss_weight": (config.train.z_loss_weight, 0),
+        "train.moe_load_balance_weight": (config.train.moe_load_balance_weight, 0),
+        "train.moe_router_z_weight": (config.train.moe_router_z_weight, 0),
+        "eval.every": (config.eval.every, 0),
+        "eval.batches": (config.eval.batches, 1),
+        "checkpoint.every": (config.checkpoint.every, 1),
+        "checkpoint.max_to_keep": (config.checkpoint.max_to_keep, 1),
+        "log.every": (config.log.every, 1),
+        "log.sample_tokens": (config.log.sample_tokens, 0),
+        "log.sample_temperature": (config.log.sample_temperature, 0),
+        "log.profile_start": (config.log.profile_start, 0),
+        "log.profile_steps": (config.log.profile_steps, 1),
     }
-    for key, value in positive.items():
-        if value < 1:
-            raise ConfigError(f"{key} must be >= 1, got {value}")
+    for key, (value, low) in at_least.items():
+        if value is not None and not value >= low:
+            hint = " (0 turns it off)" if low == 0 and key.endswith("every") else ""
+            raise ConfigError(f"{key} must be >= {low}{hint}, got {value}")
+    if config.log.peak_flops is not None and not config.log.peak_flops > 0:
+        raise ConfigError(
+            f"log.peak_flops must be a positive FLOP/s figure or null (measured), got "
+            f"{config.log.peak_flops}"
+        )
     if config.data.batch_size % config.train.grad_accum:
         accum = config.train.grad_accum
         example = accum * max(1, config.data.batch_size // accum)
@@ -382,12 +537,14 @@ def _check_values(config: Config) -> None:
             f"train.grad_accum={config.train.grad_accum}; pick a batch_size that is a multiple "
             f"of grad_accum (e.g. {example})"
         )
-    if config.log.progress not in ("auto", "rich", "plain"):
-        raise ConfigError(f"log.progress must be auto, rich or plain, got {config.log.progress!r}")
-    if config.train.host_allocator not in ("retain", "system"):
-        raise ConfigError(
-            f"train.host_allocator must be retain or system, got {config.train.host_allocator!r}"
-        )
+    choices = {
+        "log.progress": (config.log.progress, ("auto", "rich", "plain")),
+        "train.host_allocator": (config.train.host_allocator, ("auto", "retain", "system")),
+        "train.attention": (config.train.attention, ("xla", "kernlib")),
+    }
+    for key, (value, valid) in choices.items():
+        if value not in valid:
+            raise ConfigError(f"{key} must be one of {', '.join(valid)}; got {value!r}")
     axes = [config.mesh.data, config.mesh.fsdp, config.mesh.tensor, config.mesh.expert]
     if sum(a == -1 for a in axes) > 1:
         raise ConfigError("at most one mesh axis may be -1 (fill the remaining devices)")

@@ -54,6 +54,8 @@ def check_data_path(data: DataConfig) -> None:
             )
         if path.is_dir() and not any(path.rglob("*.txt")):
             raise DataError(f"data.{key}={value!r} is a folder without any .txt files")
+        if path.is_file() and path.stat().st_size == 0:
+            raise DataError(f"data.{key}={value!r} is an empty file; give it some text")
     if data.validation_path is not None and data.path is None:
         raise DataError("data.validation_path is set but data.path is not; set both or neither")
 

@@ -15,3 +15,7 @@ class MeshError(Error, ValueError):
 
 class DataError(Error, FileNotFoundError):
     """The training data cannot be found or read."""
+
+
+class ResumeError(Error, ValueError):
+    """The run directory's checkpoints cannot continue this config (e.g. already past it)."""

@@ -1,7 +1,8 @@
-"""Optional integrations, installed as extras: kernlib attention and xprof-lite profiling.
+"""Optional integrations: kernlib attention (the `kernels` extra) and xprof-lite step profiles.
 
-The trainer runs without either. Asking for one that is not installed is a `ConfigError` that
-names the extra to install, raised before anything is built or compiled.
+The trainer runs without kernlib; asking for it when it is not installed is a `ConfigError`
+that names the extra to install, raised before anything is built or compiled. xprof-lite is a
+dependency (it also supplies the device peak and the host-allocator setting).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def step_profiler(config: Config, run_dir: pathlib.Path) -> Any:
     """An xprof-lite profiler tracing steps log.profile_start.. (None when not asked for)."""
     if config.log.profile_start is None:
         return None
-    xprof_lite = _require("jaxstack.xprof_lite", "profile", "log.profile_start")
+    from jaxstack import xprof_lite
+
     return xprof_lite.StepWindowProfiler(
         run_dir / "profile",
         start_step=config.log.profile_start,
@@ -41,8 +43,6 @@ def step_profiler(config: Config, run_dir: pathlib.Path) -> Any:
 def check(config: Config) -> None:
     """Fail early, before any compile, when a requested extra is missing."""
     attention_function(config.train.attention)
-    if config.log.profile_start is not None:
-        _require("jaxstack.xprof_lite", "profile", "log.profile_start")
 
 
 def _require(module: str, extra: str, setting: str) -> ModuleType:

@@ -3,8 +3,10 @@
     setup (startup)  -> compile (ahead of time) -> for each step: data, step, log,
                         eval every N, checkpoint every N -> final eval, checkpoint, sample, report
 
-Every second is attributed to a goodput bucket. Details live in named helpers below and in the
-sibling modules (`session.py` builds the run: mesh, model, optimiser, state, data).
+A stop signal (SIGTERM, SIGINT; signals.py) ends the loop at the next step boundary: the step
+reached is checkpointed and `train` returns at once, without the final evaluation, sample or
+report. Every second is attributed to a goodput bucket. Details live in named helpers below and
+in the sibling modules (`session.py` builds the run: mesh, model, optimiser, state, data).
 """
 
 from __future__ import annotations
@@ -24,17 +26,22 @@ from jaxstack.trainer._src import data as data_mod
 from jaxstack.trainer._src import extras
 from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.goodput import GoodputTracker
-from jaxstack.trainer._src.host_memory import retain_freed_host_memory
 from jaxstack.trainer._src.metrics_log import MetricsLog
 from jaxstack.trainer._src.report import write_report
 from jaxstack.trainer._src.session import Session, build_session
+from jaxstack.trainer._src.signals import STOP, Stopped
+from jaxstack.xprof_lite import set_host_allocator
 
 Callback = Callable[[int, dict[str, Any], dict[str, float]], None]
 
 
 @dataclasses.dataclass
 class TrainResult:
-    """What a run leaves behind: where, how far, final numbers, the state itself."""
+    """What a run leaves behind: where, how far, final numbers, the state itself.
+
+    `stopped` is the signal name ("SIGTERM", "SIGINT") when a stop signal ended the run early
+    (then `saved_on_stop` says whether the step reached was checkpointed), else None.
+    """
 
     run_dir: pathlib.Path
     step: int
@@ -42,6 +49,22 @@ class TrainResult:
     eval: dict[str, float] | None
     sample: str | None
     state: dict[str, Any]
+    stopped: str | None = None
+    stop_signal: int | None = None
+    saved_on_stop: bool = False
+
+
+@dataclasses.dataclass
+class _Progress:
+    """Where the loop is: the state after `step`, and what has been kept of it."""
+
+    step: int
+    state: dict[str, Any]
+    data_states: list[dict[str, Any]]
+    last_saved: int
+    history: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    eval_metrics: dict[str, float] | None = None
+    diverged: bool = False
 
 
 def train(
@@ -54,26 +77,34 @@ def train(
 
     `callbacks` are called as `cb(step, state, metrics)` after every step (after any checkpoint
     of that step). `start_time` (a `time.perf_counter()` value) lets a CLI count its own imports
-    as startup time in the goodput breakdown.
+    as startup time in the goodput breakdown. With `checkpoint.on_preemption`, SIGTERM or SIGINT
+    saves the step reached and returns early (`TrainResult.stopped`) without the final
+    evaluation, sample or report.
     """
     tracker = GoodputTracker(start_time)
-    if config.train.host_allocator == "retain":
-        retain_freed_host_memory()
-    with tracker.measure("startup"):
-        s = build_session(config)
-    log = MetricsLog(
-        s.run_dir,
-        total_steps=config.train.steps,
-        every=config.log.every,
-        tensorboard=config.log.tensorboard,
-        progress=config.log.progress,
-        enabled=s.is_chief,
-    )
+    set_host_allocator(config.train.host_allocator)
+    own_handler = config.checkpoint.on_preemption and not STOP.installed and STOP.install()
+    if own_handler:
+        STOP.deferred = True  # called as a library: record signals from the start
     try:
-        return _run(config, s, log, tracker, callbacks)
+        with tracker.measure("startup"):
+            s = build_session(config)
+        log = MetricsLog(
+            s.run_dir,
+            total_steps=config.train.steps,
+            every=config.log.every,
+            tensorboard=config.log.tensorboard,
+            progress=config.log.progress,
+            enabled=s.is_chief,
+        )
+        try:
+            return _run(config, s, log, tracker, callbacks)
+        finally:
+            log.close()
+            s.close()
     finally:
-        log.close()
-        s.close()
+        if own_handler:
+            STOP.uninstall()
 
 
 def _run(
@@ -90,101 +121,154 @@ def _run(
         train_step, eval_step = s.compile()
     log.info(f"compiled train and eval steps in {time.perf_counter() - t:.1f}s")
 
-    tokens_per_step = config.data.batch_size * config.data.seq_len
-    step = s.start_step
-    state = s.state
-    prefetch = data_mod.Prefetcher(
-        s.train_iterators,
-        s.put_batch,
-        depth=config.data.prefetch,
-        limit=max(0, config.train.steps - step),
-    )
-    history: list[dict[str, float]] = []
-    eval_metrics: dict[str, float] | None = None
-    data_states = s.data_states
-    last_saved = step if s.restored else -1
-    diverged = False
-    profiler = extras.step_profiler(config, s.run_dir) if s.is_chief else None
-    log.start(step)
+    p = _Progress(s.start_step, s.state, s.data_states, s.start_step if s.restored else -1)
+    save_on_stop = s.manager is not None and config.checkpoint.on_preemption
+    # From here a stop signal waits for the step boundary, where the step reached is saved.
+    STOP.deferred = STOP.deferred or save_on_stop
     try:
-        while step < config.train.steps:
-            with tracker.measure("data_wait"):
-                batch, data_states = prefetch.next()
-            t = time.perf_counter()
-            with profiler.step(step) if profiler else nullcontext():
-                state, device_metrics = train_step(state, batch)
-                metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
-            dt = time.perf_counter() - t
-            tracker.add("step", dt)
-            step += 1
-            metrics.update(_speed(dt, tokens_per_step, s))
-            metrics["goodput"] = tracker.summary()["goodput"]
-            history.append(metrics)
-            log.train(step, metrics)
-            if not math.isfinite(metrics["loss"]):
-                log.info(f"loss is {metrics['loss']} at step {step}; stopping (state not saved)")
-                diverged = True
-                break
-            if config.eval.every and step % config.eval.every == 0 and step < config.train.steps:
-                with tracker.measure("eval"):
-                    eval_metrics = s.evaluate(eval_step, state["params"])
-                log.eval(step, eval_metrics)
-            preempted = s.preemption_requested()
-            if s.manager is not None and (step % config.checkpoint.every == 0 or preempted):
-                with tracker.measure("checkpoint"):
-                    s.save(step, state, data_states, metrics)
-                last_saved = step
-            for cb in callbacks:
-                cb(step, state, metrics)
-            if preempted:
-                log.info(f"preemption requested: saved step {step} and stopping")
-                break
-    finally:
-        prefetch.close()
-        if profiler:
-            profiler.close()
+        _steps(config, s, log, tracker, callbacks, train_step, eval_step, p)
+        if STOP.requested:
+            return _stop(config, s, log, tracker, p)
+        return _finish(config, s, log, tracker, eval_step, p)
+    except Stopped as e:
+        why = "a second signal" if save_on_stop else "checkpointing off or on_preemption=false"
+        latest = p.last_saved if p.last_saved >= 0 else "none"
+        e.detail = (
+            f"at step {p.step} of {config.train.steps} without saving it ({why}); "
+            f"latest checkpoint: {latest}"
+        )
+        raise
 
-    if step == config.train.steps or eval_metrics is None:
+
+def _finish(
+    config: Config,
+    s: Session,
+    log: MetricsLog,
+    tracker: GoodputTracker,
+    eval_step: Any,
+    p: _Progress,
+) -> TrainResult:
+    """Final evaluation, checkpoint, sample, summary and report (a stop signal skips the rest)."""
+    if p.step == config.train.steps or p.eval_metrics is None:
         with tracker.measure("eval"):
-            eval_metrics = s.evaluate(eval_step, state["params"])
-        log.eval(step, eval_metrics)
+            p.eval_metrics = s.evaluate(eval_step, p.state["params"])
+        log.eval(p.step, p.eval_metrics)
     if s.manager is not None:
         with tracker.measure("checkpoint"):
-            if last_saved != step and not diverged:
-                s.save(step, state, data_states, history[-1] if history else {})
+            if p.last_saved != p.step and not p.diverged:
+                s.save(p.step, p.state, p.data_states, p.history[-1] if p.history else {})
+                p.last_saved = p.step
             s.manager.wait()
+    if STOP.requested:
+        return _stop(config, s, log, tracker, p)
     with tracker.measure("eval"):
-        sample = s.sample(state["params"])
+        sample = s.sample(p.state["params"])
     if sample is not None:
         log.info(f"sample: {sample!r}")
-    summary = _summary(config, s, tracker, history, eval_metrics, step)
+    summary = _summary(config, s, tracker, p)
     summary["sample"] = sample or ""
-    log.summary(step, summary)
+    log.summary(p.step, summary)
     if s.is_chief:
         log.info(_goodput_line(summary))
         if config.log.report:
             path = write_report(s.run_dir, sample=sample)
             log.info(f"report: {path}")
-    return TrainResult(s.run_dir, step, summary, eval_metrics, sample, state)
+    return TrainResult(s.run_dir, p.step, summary, p.eval_metrics, sample, p.state)
 
 
-def _speed(dt: float, tokens: int, s: Session) -> dict[str, float]:
-    flops = s.flops_per_token * tokens
-    return {
-        "step_time_s": dt,
-        "tokens_per_sec": tokens / dt,
-        "mfu": flops / (dt * s.total_peak_flops) if s.total_peak_flops > 0 else float("nan"),
-    }
-
-
-def _summary(
+def _steps(
     config: Config,
     s: Session,
+    log: MetricsLog,
     tracker: GoodputTracker,
-    history: list[dict[str, float]],
-    eval_metrics: dict[str, float] | None,
-    step: int,
-) -> dict[str, Any]:
+    callbacks: Sequence[Callback],
+    train_step: Any,
+    eval_step: Any,
+    p: _Progress,
+) -> None:
+    """Steps until train.steps, a non-finite loss or a stop signal; checkpoints and evals."""
+    tokens_per_step = config.data.batch_size * config.data.seq_len
+    prefetch = data_mod.Prefetcher(
+        s.train_iterators,
+        s.put_batch,
+        depth=config.data.prefetch,
+        limit=max(0, config.train.steps - p.step),
+    )
+    profiler = extras.step_profiler(config, s.run_dir) if s.is_chief else None
+    log.start(p.step)
+    try:
+        while p.step < config.train.steps and not STOP.requested:
+            with tracker.measure("data_wait"):
+                batch, p.data_states = prefetch.next()
+            t = time.perf_counter()
+            with profiler.step(p.step) if profiler else nullcontext():
+                p.state, device_metrics = train_step(p.state, batch)
+                metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
+            dt = time.perf_counter() - t
+            tracker.add("step", dt)
+            p.step += 1
+            notes = len(s.notes)
+            metrics.update(s.speed(dt, tokens_per_step))
+            for note in s.notes[notes:]:
+                log.info(f"WARNING: {note}")
+            metrics["goodput"] = tracker.summary()["goodput"]
+            p.history.append(metrics)
+            log.train(p.step, metrics)
+            if not math.isfinite(metrics["loss"]):
+                log.info(f"loss is {metrics['loss']} at step {p.step}; stopping (state not saved)")
+                p.diverged = True
+                return
+            every = config.eval.every
+            if every and p.step % every == 0 and p.step < config.train.steps:
+                with tracker.measure("eval"):
+                    p.eval_metrics = s.evaluate(eval_step, p.state["params"])
+                log.eval(p.step, p.eval_metrics)
+            if s.manager is not None and p.step % config.checkpoint.every == 0:
+                with tracker.measure("checkpoint"):
+                    s.save(p.step, p.state, p.data_states, metrics)
+                p.last_saved = p.step
+            for cb in callbacks:
+                cb(p.step, p.state, metrics)
+    finally:
+        prefetch.close()
+        if profiler:
+            profiler.close()
+
+
+def _stop(
+    config: Config, s: Session, log: MetricsLog, tracker: GoodputTracker, p: _Progress
+) -> TrainResult:
+    """After a stop signal: save the step reached (if checkpointing), wait for it, return."""
+    saved = False
+    if s.manager is not None and config.checkpoint.on_preemption and not p.diverged:
+        with tracker.measure("checkpoint"):
+            if p.last_saved != p.step:
+                s.save(p.step, p.state, p.data_states, p.history[-1] if p.history else {})
+                p.last_saved = p.step
+            s.manager.wait()
+        saved = p.last_saved == p.step
+    log.info(
+        f"{STOP.name}: stopping at step {p.step}"
+        + (f"; checkpoint of step {p.step} saved" if saved else "; nothing saved")
+    )
+    summary = _summary(config, s, tracker, p)
+    summary["stopped"] = STOP.name
+    log.summary(p.step, summary)
+    return TrainResult(
+        s.run_dir,
+        p.step,
+        summary,
+        p.eval_metrics,
+        None,
+        p.state,
+        stopped=STOP.name,
+        stop_signal=STOP.signum,
+        saved_on_stop=saved,
+    )
+
+
+def _summary(config: Config, s: Session, tracker: GoodputTracker, p: _Progress) -> dict[str, Any]:
+    history, eval_metrics, step = p.history, p.eval_metrics, p.step
     # The first steps after compile are often slower (allocations, caches); report steady state.
     steady = history[min(len(history) - 1, 2) :] if history else []
     out: dict[str, Any] = {"final_step": step}
@@ -195,8 +279,8 @@ def _summary(
             out[f"median_{key}"] = statistics.median(m[key] for m in steady)
     if eval_metrics:
         out.update(eval_metrics)
-    out["peak_flops_per_device"] = s.peak.flops_per_sec
-    out["peak_source"] = s.peak.source
+    out["peak_flops_per_device"] = s.total_peak_flops / s.peak_units
+    out["peak_source"] = s.peak_source
     out["flops_per_token"] = s.flops_per_token
     out["num_params"] = s.num_params
     out["mesh"] = "x".join(str(v) for v in s.mesh_sizes.values())

@@ -182,20 +182,20 @@ def state_shardings(tree: Any, params: Any, params_shardings: Any, mesh: Any) ->
 
 
 def path_str(path: Any) -> str:
-    """`/`-joined key path, the project's parameter naming convention."""
-    return "/".join(_path_key(path))
+    """A key path as the project's parameter name, e.g. `layers/3/attn/q_proj/kernel`.
+
+    `jax.tree_util.keystr(..., simple=True, separator="/")` after dropping a final
+    `GetAttrKey("value")` (Flax NNX's Variable wrapper; a dict key named "value" stays).
+    """
+    path = tuple(path)
+    if path and isinstance(path[-1], jax.tree_util.GetAttrKey) and path[-1].name == "value":
+        path = path[:-1]
+    return jax.tree_util.keystr(path, simple=True, separator="/")
 
 
 def _path_key(path: Any) -> tuple[str, ...]:
-    parts = []
-    for k in path:
-        for attr in ("key", "name", "idx"):
-            if hasattr(k, attr):
-                parts.append(str(getattr(k, attr)))
-                break
-        else:
-            parts.append(str(k))
-    return tuple(parts)
+    name = path_str(path)
+    return tuple(name.split("/")) if name else ()
 
 
 def _is_spec(x: Any) -> bool:

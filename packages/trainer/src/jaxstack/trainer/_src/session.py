@@ -1,8 +1,10 @@
 """Everything a run needs before its first step, built in the order errors should surface.
 
 Cheap checks first (data path, tokenizer, model config, mesh and batch divisibility), then the
-model, optimiser and shardings, then the state (restored from the run directory's latest
-checkpoint, or initialised directly into its shardings), then the data iterators.
+model, optimiser and shardings, then the state (restored from the run directory's latest good
+checkpoint, or initialised directly into its shardings), then the data iterators. Damaged
+checkpoints are never silent: each one skipped, and a restart from scratch because of them, is
+logged as a warning line naming the step and the problem.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import datetime
 import importlib.metadata
 import math
 import pathlib
+import warnings
 from typing import Any
 
 import jax
@@ -24,9 +27,8 @@ from jaxstack.trainer._src import data as data_mod
 from jaxstack.trainer._src import extras
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
-from jaxstack.trainer._src.config import Config
-from jaxstack.trainer._src.errors import ConfigError, MeshError
-from jaxstack.trainer._src.peak import DevicePeak, device_peak
+from jaxstack.trainer._src.config import Config, optimizer_config
+from jaxstack.trainer._src.errors import ConfigError, MeshError, ResumeError
 from jaxstack.trainer._src.step import make_eval_step, make_loss_fn, make_train_step
 
 PACKAGES = ("jaxstack-trainer", "jaxstack-nnlib", "jaxstack-optlib", "jaxstack-datalib")
@@ -47,7 +49,7 @@ def plan_state(config: Config, mcfg: Any, model: Any, mesh: Any, rules: Any) -> 
     apply, params = model_mod.functional(model)
     specs = model_mod.param_specs(mcfg, params, rules)
     p_shard = mesh_mod.param_shardings(params, specs, mesh)
-    tx = optlib.build_optimizer(optimizer_config(config), params)
+    tx = optlib.build_optimizer(optimizer_config(config.optim, config.train.steps), params)
     opt_abs = jax.eval_shape(tx.init, params)
     o_shard = mesh_mod.state_shardings(opt_abs, params, p_shard, mesh)
     replicated = NamedSharding(mesh, PartitionSpec())
@@ -75,22 +77,6 @@ def abstract_batch(config: Config, sharding: Any) -> dict[str, jax.ShapeDtypeStr
     return {
         k: jax.ShapeDtypeStruct(shape, dtypes[k], sharding=sharding) for k in data_mod.BATCH_KEYS
     }
-
-
-def optimizer_config(config: Config) -> Any:
-    """optlib `OptimizerConfig`; the schedule's total_steps defaults to train.steps."""
-    from jaxstack import optlib
-
-    optim = dict(config.optim)
-    schedule = dict(optim.get("schedule") or {})
-    if schedule.get("total_steps") is None and schedule.get("name", "constant") != "constant":
-        schedule["total_steps"] = config.train.steps
-    if schedule:
-        optim["schedule"] = schedule
-    try:
-        return optlib.OptimizerConfig.from_dict(optim)
-    except (TypeError, ValueError, KeyError) as e:
-        raise ConfigError(f"optim section is not valid for optlib: {e}") from e
 
 
 def put_global(tree: Any, shardings: Any) -> Any:
@@ -131,11 +117,12 @@ class Session:
     data_states: list[dict[str, Any]]
     local_shards: list[int]
     num_shards: int
-    peak: DevicePeak
+    peak_source: str
+    peak_units: int  # devices (accelerators) or processes (CPU) the peak is multiplied by
     total_peak_flops: float
     flops_per_token: float
     num_params: int
-    preemption: Any = None
+    notes: list[str] = dataclasses.field(default_factory=list)  # warnings for the run log
 
     def describe(self) -> list[str]:
         c = self.model_config
@@ -148,13 +135,31 @@ class Session:
             f"{jax.device_count()} {jax.devices()[0].platform} device(s), "
             f"{jax.process_count()} process(es); batch {self.config.data.batch_size} x "
             f"{self.config.data.seq_len} tokens, grad_accum {self.config.train.grad_accum}",
-            f"MFU is measured against the {self.peak.describe()}",
+            f"MFU is measured against a device peak of "
+            f"{self.total_peak_flops / self.peak_units / 1e9:,.0f} GFLOP/s "
+            f"({c.dtype}; {self.peak_source})",
+            *self.notes,
             (
                 f"resumed from checkpoint step {self.start_step}"
                 if self.restored
                 else "starting from scratch"
             ),
         ]
+
+    def speed(self, seconds: float, tokens: int) -> dict[str, float]:
+        """Step time, tokens/s and MFU. MFU never exceeds 1: a step faster than the peak
+        (a CPU peak measured on a busy machine) raises the peak to what the step achieved."""
+        achieved = self.flops_per_token * tokens / seconds
+        if achieved > self.total_peak_flops > 0:
+            self.notes.append(
+                f"a step reached {achieved / 1e9:,.0f} GFLOP/s, above the device peak of "
+                f"{self.total_peak_flops / 1e9:,.0f}; MFU is now reported against that step "
+                "(refresh the measured peak with `jaxstack-prof peak --refresh` on a quiet "
+                "machine, or set log.peak_flops)"
+            )
+            self.total_peak_flops = achieved
+        mfu = achieved / self.total_peak_flops if self.total_peak_flops > 0 else float("nan")
+        return {"step_time_s": seconds, "tokens_per_sec": tokens / seconds, "mfu": mfu}
 
     def put_batch(self, host: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         return {
@@ -225,9 +230,6 @@ class Session:
             metrics={k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)},
         )
 
-    def preemption_requested(self) -> bool:
-        return bool(self.preemption is not None and self.preemption.requested)
-
     def sample(self, params: Any) -> str | None:
         """A short continuation of `log.sample_prompt` with the trained parameters."""
         n = self.config.log.sample_tokens
@@ -254,8 +256,6 @@ class Session:
         return self.tokenizer.decode([int(t) for t in np.asarray(tokens)[0]])
 
     def close(self) -> None:
-        if self.preemption is not None:
-            self.preemption.uninstall()
         if self.manager is not None:
             self.manager.close()
 
@@ -270,93 +270,55 @@ def enable_compile_cache(directory: str | None) -> None:
 
 
 def build_session(config: Config) -> Session:
+    """The run's mesh, model, optimiser, state, data and checkpoints, or a clear error first."""
     process_count = jax.process_count()
-    if process_count > 1 and config.log.run_dir is None:
-        raise ConfigError(
-            "a multi-process run needs the same log.run_dir on every process; set log.run_dir"
-        )
-    run_dir = pathlib.Path(config.log.run_dir) if config.log.run_dir else default_run_dir()
-    is_chief = jax.process_index() == 0
-
+    run_dir = _run_dir(config, process_count)
     data_mod.check_data_path(config.data)
     extras.check(config)
     enable_compile_cache(config.train.compile_cache)
     tokenizer = data_mod.build_tokenizer(config.data)
     mcfg = model_mod.model_config(config, tokenizer.vocab_size)
-
-    sizes = mesh_mod.resolve_axes(config.mesh, jax.device_count())
-    mesh_mod.check_batch(config, sizes, process_count)
-    num_shards = config.data.num_shards or process_count
-    if num_shards % process_count or config.data.batch_size % num_shards:
-        raise MeshError(
-            f"data.num_shards={num_shards} must be a multiple of the {process_count} processes "
-            f"and divide data.batch_size={config.data.batch_size}"
-        )
-    mesh = mesh_mod.build_mesh(config.mesh)
-    rules = mesh_mod.logical_rules(config.mesh)
+    layout = _Layout.plan(config, process_count)
 
     model = model_mod.build_model(
         mcfg, config.train.seed, extras.attention_function(config.train.attention)
     )
-    apply, params, tx, opt_abs, shardings = plan_state(config, mcfg, model, mesh, rules)
-
-    manager, preemption = None, None
-    if config.checkpoint.enabled:
-        from jaxstack import ckptlib
-
-        manager = ckptlib.CheckpointManager(
-            run_dir / "checkpoints",
-            max_to_keep=config.checkpoint.max_to_keep,
-            async_save=config.checkpoint.async_save,
-        )
-        if config.checkpoint.on_preemption:
-            preemption = ckptlib.PreemptionHandler()
-            preemption.install()
-
-    per_process = num_shards // process_count
-    local_shards = list(
-        range(jax.process_index() * per_process, (jax.process_index() + 1) * per_process)
+    apply, params, tx, opt_abs, shardings = plan_state(
+        config, mcfg, model, layout.mesh, layout.rules
     )
     iterators = data_mod.shard_iterators(
-        config.data, tokenizer, split="train", shards=local_shards, num_shards=num_shards
+        config.data,
+        tokenizer,
+        split="train",
+        shards=layout.local_shards,
+        num_shards=layout.num_shards,
     )
-
-    restored = None
-    if manager is not None and config.checkpoint.resume and manager.latest_step() is not None:
-        target = {
-            "params": abstract_like(params, shardings["params"]),
-            "opt_state": abstract_like(opt_abs, shardings["opt_state"]),
-            "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=shardings["step"]),
-        }
-        restored = manager.restore(target=target)
-        state = restored.state
+    notes: list[str] = []
+    with _checkpoint_warnings(notes):
+        manager = _checkpoint_manager(config, run_dir)
+        restored = _restore(config, manager, params, opt_abs, shardings)
+    if restored is None and notes:
+        notes.append("WARNING: starting from scratch because no checkpoint could be restored")
+    if restored is not None:
+        state, start_step = restored.state, int(restored.step)
         if restored.data_state:
             data_mod.restore_iterator_states(iterators, restored.data_state["shards"])
-        start_step = int(restored.step)
     else:
-        params_dev = put_global(params, shardings["params"])
-        opt_state = jax.jit(tx.init, out_shardings=shardings["opt_state"])(params_dev)
-        state = {
-            "params": params_dev,
-            "opt_state": opt_state,
-            "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"]),
-        }
-        start_step = 0
+        state, start_step = _initial_state(tx, params, shardings), 0
 
+    is_chief = jax.process_index() == 0
     if is_chief:
         run_dir.mkdir(parents=True, exist_ok=True)
         config.save(run_dir / "config.yaml")
-
-    peak = device_peak(mcfg.dtype, override=config.log.peak_flops)
-    platform = jax.devices()[0].platform
+    peak_flops, peak_source = _device_peak(config, mcfg.dtype)
     # CPU "devices" of one process share the same cores, so the measured peak is per process.
-    units = process_count if platform == "cpu" else jax.device_count()
+    units = process_count if jax.devices()[0].platform == "cpu" else jax.device_count()
     return Session(
         config=config,
         run_dir=run_dir,
         is_chief=is_chief,
-        mesh=mesh,
-        mesh_sizes=sizes,
+        mesh=layout.mesh,
+        mesh_sizes=layout.sizes,
         model_config=mcfg,
         model=model,
         apply=apply,
@@ -364,20 +326,143 @@ def build_session(config: Config) -> Session:
         tokenizer=tokenizer,
         state=state,
         state_shardings=shardings,
-        batch_sharding=mesh_mod.batch_sharding(mesh, rules),
+        batch_sharding=mesh_mod.batch_sharding(layout.mesh, layout.rules),
         start_step=start_step,
         restored=restored is not None,
         manager=manager,
         train_iterators=iterators,
         data_states=data_mod.iterator_states(iterators),
-        local_shards=local_shards,
-        num_shards=num_shards,
-        peak=peak,
-        total_peak_flops=peak.flops_per_sec * units,
+        local_shards=layout.local_shards,
+        num_shards=layout.num_shards,
+        peak_source=peak_source,
+        peak_units=units,
+        total_peak_flops=peak_flops * units,
         flops_per_token=model_mod.flops_per_token(mcfg, config.data.seq_len),
         num_params=model_mod.param_count(params),
-        preemption=preemption,
+        notes=notes,
     )
+
+
+def _run_dir(config: Config, process_count: int) -> pathlib.Path:
+    if process_count > 1 and config.log.run_dir is None:
+        raise ConfigError(
+            "a multi-process run needs the same log.run_dir on every process; set log.run_dir"
+        )
+    return pathlib.Path(config.log.run_dir) if config.log.run_dir else default_run_dir()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    """The mesh, its logical-axis rules, and which data shards this process reads."""
+
+    sizes: dict[str, int]
+    mesh: jax.sharding.Mesh
+    rules: dict[str, Any]
+    num_shards: int
+    local_shards: list[int]
+
+    @classmethod
+    def plan(cls, config: Config, process_count: int) -> _Layout:
+        sizes = mesh_mod.resolve_axes(config.mesh, jax.device_count())
+        mesh_mod.check_batch(config, sizes, process_count)
+        num_shards = config.data.num_shards or process_count
+        if num_shards % process_count or config.data.batch_size % num_shards:
+            raise MeshError(
+                f"data.num_shards={num_shards} must be a multiple of the {process_count} "
+                f"processes and divide data.batch_size={config.data.batch_size}"
+            )
+        per_process = num_shards // process_count
+        first = jax.process_index() * per_process
+        return cls(
+            sizes=sizes,
+            mesh=mesh_mod.build_mesh(config.mesh),
+            rules=mesh_mod.logical_rules(config.mesh),
+            num_shards=num_shards,
+            local_shards=list(range(first, first + per_process)),
+        )
+
+
+def _checkpoint_manager(config: Config, run_dir: pathlib.Path) -> Any:
+    if not config.checkpoint.enabled:
+        return None
+    from jaxstack import ckptlib
+
+    return ckptlib.CheckpointManager(
+        run_dir / "checkpoints",
+        max_to_keep=config.checkpoint.max_to_keep,
+        async_save=config.checkpoint.async_save,
+    )
+
+
+@contextlib.contextmanager
+def _checkpoint_warnings(notes: list[str]) -> Any:
+    """ckptlib's warnings (damaged steps moved aside, restore falling back past them) become
+    WARNING lines of the run log, where they are seen, instead of Python warnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        yield
+    for w in caught:
+        if w.category.__module__.startswith("jaxstack.ckptlib"):
+            notes.append(f"WARNING: {w.message}")
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _restore(
+    config: Config, manager: Any, params: Any, opt_abs: Any, shardings: dict[str, Any]
+) -> Any:
+    """The newest good checkpoint restored into the run's shardings, or None to start afresh.
+
+    ckptlib skips damaged checkpoints (moving them aside for inspection) and warns about each.
+    """
+    if manager is None or not config.checkpoint.resume:
+        return None
+    from jaxstack import ckptlib
+
+    target = {
+        "params": abstract_like(params, shardings["params"]),
+        "opt_state": abstract_like(opt_abs, shardings["opt_state"]),
+        "step": jax.ShapeDtypeStruct((), jnp.int32, sharding=shardings["step"]),
+    }
+    directory = manager.directory
+    if manager.latest_step() is None:
+        return None
+    try:
+        restored = manager.restore(target=target)
+    except ckptlib.CheckpointNotFoundError as e:
+        message = f"no checkpoint in {directory} could be restored: {e}"
+        warnings.warn(message, ckptlib.CheckpointFallbackWarning, stacklevel=1)
+        return None
+    if restored is not None and int(restored.step) > config.train.steps:
+        raise ResumeError(
+            f"the run in {directory} is already at step {int(restored.step)}, past "
+            f"train.steps={config.train.steps}; raise train.steps to continue it, or use a new "
+            "log.run_dir (or checkpoint.resume=false) to start another run"
+        )
+    return restored
+
+
+def _initial_state(tx: Any, params: Any, shardings: dict[str, Any]) -> dict[str, Any]:
+    """Fresh parameters and optimiser state, created directly in their shardings."""
+    params_dev = put_global(params, shardings["params"])
+    return {
+        "params": params_dev,
+        "opt_state": jax.jit(tx.init, out_shardings=shardings["opt_state"])(params_dev),
+        "step": jax.device_put(jnp.zeros((), jnp.int32), shardings["step"]),
+    }
+
+
+def _device_peak(config: Config, dtype: str) -> tuple[float, str]:
+    """Per-device peak FLOP/s for `dtype` and where it came from (xprof-lite's one table)."""
+    if config.log.peak_flops:
+        return float(config.log.peak_flops), "set in config (log.peak_flops)"
+    from jaxstack import xprof_lite
+
+    peak = xprof_lite.device_peak()
+    value = peak.flops_for(dtype)
+    if not value or not math.isfinite(value):
+        return float("nan"), f"no peak known for {peak.name!r}; set log.peak_flops"
+    return value, f"{peak.name}: {peak.source}"
 
 
 def _versions() -> dict[str, str]:

@@ -100,7 +100,7 @@ def make_train_step(
     def step(state: dict[str, Any], batch: Batch) -> tuple[dict[str, Any], dict[str, jax.Array]]:
         params = state["params"]
         loss, grads, metrics = gradients(params, batch)
-        grad_norm = jnp.sqrt(sum(jnp.sum(jnp.square(g)) for g in jax.tree.leaves(grads)))
+        grad_norm = optax.tree.norm(grads)
         updates, opt_state = tx.update(grads, state["opt_state"], params)
         params = optax.apply_updates(params, updates)
         metrics = {"loss": loss, "grad_norm": grad_norm, **metrics}

@@ -1,0 +1,106 @@
+"""Stop signals at any time of a run (damaged checkpoints and resumes: test_train.py).
+
+The signal tests run `jaxstack-train` as a process and wait until it has installed its handler
+(read from /proc) or printed a step before signalling, so they do not depend on timing.
+"""
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jaxstack.trainer import load_config, read_jsonl, train
+
+SHORT = [
+    "eval.every=0",
+    "log.sample_tokens=0",
+    "log.report=false",
+    "log.tensorboard=false",
+    "log.progress=plain",
+]
+
+
+def _cli(run_dir: pathlib.Path, *overrides: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            *("-m", "jaxstack.trainer._src.cli", "--config", "test", f"--run-dir={run_dir}"),
+            *SHORT,
+            *overrides,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, JAX_PLATFORMS="cpu"),
+    )
+
+
+def _catches(pid: int, signum: int) -> bool:
+    """Whether process `pid` has a handler installed for `signum` (SigCgt in /proc)."""
+    for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
+def _finish(proc: subprocess.Popen, timeout: float = 600) -> tuple[str, str]:
+    try:
+        return proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/status").exists(), reason="needs /proc")
+@pytest.mark.parametrize(("signum", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_startup_exits_at_once_saying_nothing_was_saved(tmp_path, signum, status):
+    proc = _cli(tmp_path / "run", "train.steps=50")
+    deadline = time.monotonic() + 60
+    # SIGTERM's handler is installed together with SIGINT's (Python catches SIGINT from the start)
+    while not _catches(proc.pid, signal.SIGTERM):
+        assert proc.poll() is None and time.monotonic() < deadline, "handler never installed"
+        time.sleep(0.01)
+    sent = time.monotonic()
+    proc.send_signal(signum)
+    out, err = _finish(proc)
+    assert proc.returncode == status, err
+    assert time.monotonic() - sent < 30
+    name = signal.Signals(signum).name
+    assert err.strip().splitlines() == [
+        f"jaxstack-train: stopped by {name} during start-up, before the first step; "
+        "nothing was saved"
+    ]
+    assert "done" not in out
+    assert not (tmp_path / "run" / "checkpoints").exists() or not list(
+        (tmp_path / "run" / "checkpoints").glob("step_*")
+    )
+
+
+def test_sigterm_mid_run_saves_the_step_reached_exits_143_and_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    proc = _cli(run_dir, "train.steps=400", "checkpoint.every=1000", "log.every=1")
+    for line in proc.stdout:
+        if line.startswith("step") and "/400" in line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, err = _finish(proc)
+    assert proc.returncode == 143, err
+    assert "done" not in out and "Traceback" not in err
+    [stopped] = [x for x in err.splitlines() if x.startswith("stopped:")]
+    step = int(stopped.split(" at step ")[1].split()[0])
+    assert f"saved checkpoint step {step} in " in stopped
+    assert [p.name for p in (run_dir / "checkpoints").glob("step_*")] == [f"step_{step:08d}"]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert records[-1]["kind"] == "summary" and records[-1]["stopped"] == "SIGTERM"
+    assert not [r for r in records if r["kind"] == "eval"]  # no final evaluation after the stop
+    # the same run with a nearer end resumes from the saved step and finishes
+    config = load_config("test", [*SHORT, f"log.run_dir={run_dir}", f"train.steps={step + 2}"])
+    resumed = train(config)
+    assert resumed.step == step + 2 and resumed.stopped is None
+    first = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train"][step]
+    assert first["step"] == step + 1  # the first step after the saved one, not step 1 again
