@@ -56,6 +56,7 @@ class Benchmark:
     quick: list[str] | None
     headline: Callable[[dict], list[Row]]
     env: dict[str, str] = field(default_factory=dict)
+    results: tuple[str, ...] = ("results.json",)  # globs; one section per file found
 
 
 def ckptlib_rows(r: dict) -> list[Row]:
@@ -143,17 +144,34 @@ def serving_models_rows(r: dict) -> list[Row]:
     return rows
 
 
+def allocator(settings: str) -> str:
+    """'retain' or 'system': the host-allocator setting a train row's settings name."""
+    retained = "retain" in settings or "arena_max" in settings
+    return "retain" if retained and "(system)" not in settings else "system"
+
+
 def train_rows(r: dict) -> list[Row]:
+    """jaxstack fp32 against each peer, with the same host-allocator setting where the run has
+    it; a pair whose settings still differ says so."""
     rows = []
     for case in sorted({row["case"] for row in r["rows"]}):
-        cells = {row["trainer"]: row for row in r["rows"] if row["case"] == case}
-        ours = cells.get("jaxstack fp32")
-        for peer in ("torch minimal fp32", "MaxText fp32", "HF Llama fp32"):
-            if ours and peer in cells:
-                rows.append(
-                    Row(f"{case} train step, tokens/s", ours["tokens_per_sec"], peer,
-                        cells[peer]["tokens_per_sec"], "tokens/s", True)
-                )  # fmt: skip
+        cells = [row for row in r["rows"] if row["case"] == case]
+        ours = [c for c in cells if c["trainer"].startswith("jaxstack fp32")]
+        for peer in (c for c in cells if not c["trainer"].startswith("jaxstack")):
+            peer_settings = peer.get("settings", "")
+            same = [c for c in ours if allocator(c.get("settings", "")) == allocator(peer_settings)]
+            mine = (same or ours)[0]
+            differs = mine.get("settings", "") != peer_settings and not same
+            setting = (
+                f"jaxstack: {mine.get('settings', 'not recorded')}; "
+                f"peer: {peer_settings or 'not recorded'}"
+                if differs or not peer_settings
+                else f"fp32, host allocator {allocator(peer_settings)} for both"
+            )
+            rows.append(
+                Row(f"{case} train step, tokens/s", mine["tokens_per_sec"], peer["trainer"],
+                    peer["tokens_per_sec"], "tokens/s", True, setting)
+            )  # fmt: skip
     return rows
 
 
@@ -180,7 +198,8 @@ BENCHMARKS = [
               ["serving-models/bench.py", "--quick", "--out", "serving-models/quick"],
               serving_models_rows),
     Benchmark("train", "training throughput vs minimal torch, HF Llama and MaxText",
-              ["train/run.py"], None, train_rows),
+              ["train/run.py"], None, train_rows,
+              results=("results-intel-*.json", "results-amd-*.json")),
 ]  # fmt: skip
 
 
@@ -238,16 +257,30 @@ def plot(name: str, rows: list[Row]) -> str | None:
 
 def section(benchmark: Benchmark) -> list[str]:
     folder = HERE / benchmark.name
-    full, quick = load(folder / "results.json"), load(folder / "quick" / "results.json")
+    found = sorted({p for pattern in benchmark.results for p in folder.glob(pattern)})
+    quick = folder / "quick" / "results.json"
     lines = [f"## {benchmark.name}: {benchmark.what}", ""]
-    if full is None and quick is None:
+    if not found and not quick.exists():
         return [*lines, "No results yet.", ""]
-    results, source = (full, "results.json") if full is not None else (quick, "quick/results.json")
+    for path in found or [quick]:
+        lines += results_table(benchmark, path)
+    if found and quick.exists():
+        lines += [f"Quick run: [quick/results.md]({benchmark.name}/quick/results.md).", ""]
+        if q := conditions_of(load(quick)):
+            lines += [f"Conditions of the quick run: {conditions_markdown(q)}", ""]
+    return lines
+
+
+def results_table(benchmark: Benchmark, path: Path) -> list[str]:
+    """The headline rows of one results file, its plot, links and run conditions."""
+    source = path.relative_to(HERE).as_posix()
+    results = load(path)
+    lines = [f"From [{path.name}]({source}) ([Markdown]({source.removesuffix('.json')}.md)):", ""]
     try:
         rows = benchmark.headline(results)
     except (KeyError, TypeError, ZeroDivisionError, StopIteration) as error:
         rows = []
-        lines += [f"(headline not readable from {source}: {error!r}; see the files below)", ""]
+        lines += [f"(headline not readable: {error!r}; see the file)", ""]
     if rows:
         lines += [
             "| comparison | jaxstack | peer | peer value | jaxstack advantage | settings |",
@@ -259,26 +292,21 @@ def section(benchmark: Benchmark) -> list[str]:
             for r in rows
         ]
         lines.append("")
-        if picture := plot(benchmark.name, rows):
-            lines += [f"![{benchmark.name} ratios]({picture})", ""]
-    links = [f"[{source}]({benchmark.name}/{source})"]
-    links.append(f"[{source.replace('.json', '.md')}]({benchmark.name}/"
-                 f"{source.replace('.json', '.md')})")  # fmt: skip
-    if full is not None and quick is not None:
-        links.append(f"[quick/results.md]({benchmark.name}/quick/results.md)")
-    lines += [f"Files: {', '.join(links)}.", ""]
+        name = f"{benchmark.name}-{path.stem}" if path.stem != "results" else benchmark.name
+        if picture := plot(name, rows):
+            lines += [f"![{name} ratios]({picture})", ""]
     conditions = conditions_of(results)
     lines.append(
-        f"Conditions of {source}: "
+        "Conditions: "
         + (conditions_markdown(conditions) if conditions else "**not measured** (written before "
            "the script recorded its run conditions; its own header states what was known).")
     )  # fmt: skip
-    if full is not None and quick is not None and (q := conditions_of(quick)):
-        lines += ["", f"Conditions of the quick run: {conditions_markdown(q)}"]
     return [*lines, ""]
 
 
 def write_report() -> Path:
+    for old in (HERE / "plots").glob("*.png"):
+        old.unlink()
     known = {b.name for b in BENCHMARKS}
     others = sorted(
         p.name
@@ -297,7 +325,8 @@ def write_report() -> Path:
     for benchmark in BENCHMARKS:
         lines += section(benchmark)
     for name in others:
-        lines += [f"## {name}", "", f"See [{name}/]({name}/) (not yet summarised here).", ""]
+        pages = [f"[{p.name}]({name}/{p.name})" for p in sorted((HERE / name).glob("*.md"))]
+        lines += [f"## {name}", "", f"Not yet summarised here: {', '.join(pages) or name}.", ""]
     path = HERE / "RESULTS.md"
     path.write_text("\n".join(lines))
     return path

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workspace import ROOT, all_packages
 
 PUBLISHED_RESULTS = ("RESULTS.md", "*/results*.md", "*/results*.json", "*/quick/results.*",
-                     "*/*.md", "plots/*.png")  # fmt: skip
+                     "*/*.md", "*/*.png", "plots/*.png")  # fmt: skip
 
 
 def defining_path(package, name: str) -> str:
