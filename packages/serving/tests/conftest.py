@@ -165,3 +165,16 @@ class Zoo:
 @pytest.fixture(scope="session")
 def zoo() -> type[Zoo]:
     return Zoo
+
+
+@pytest.fixture(scope="session")
+def tiny_lm_config():
+    """The LLM tests' nnlib model: 2 layers, d=64, over the byte tokenizer's 259 ids, with a
+    wide init so that greedy argmax never hinges on a near tie. Engines built on it with the
+    same options share their compiled step programs across test modules."""
+    from jaxstack import nnlib
+
+    return nnlib.ModelConfig(
+        vocab_size=259, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
+        mlp_dim=128, max_seq_len=160, init_std=0.1,
+    )  # fmt: skip

@@ -13,8 +13,13 @@ from jaxstack.serving._src.errors import (
     ExportError,
     InvalidInputError,
     ModelNotFoundError,
+    QueueFullError,
     ServerBusyError,
 )
+from jaxstack.serving._src.llm.engine import EngineConfig, LLMEngine
+from jaxstack.serving._src.llm.llm import LLM
+from jaxstack.serving._src.llm.outputs import CompletionOutput, RequestOutput
+from jaxstack.serving._src.llm.sampling_params import SamplingParams
 from jaxstack.serving._src.models.batcher import BatchStats, DynamicBatcher
 from jaxstack.serving._src.models.cli import serve
 from jaxstack.serving._src.models.export import export
@@ -25,19 +30,26 @@ from jaxstack.serving._src.models.repository import ModelConfig, RepositoryConfi
 from jaxstack.serving._src.models.server import LoadedVersion, ModelServer
 
 __all__ = [
+    "LLM",
     "Artifact",
     "ArtifactError",
     "BatchStats",
+    "CompletionOutput",
     "ConfigError",
     "DynamicBatcher",
+    "EngineConfig",
     "Error",
     "ExportError",
     "InvalidInputError",
+    "LLMEngine",
     "LoadedVersion",
     "ModelConfig",
     "ModelNotFoundError",
     "ModelServer",
+    "QueueFullError",
     "RepositoryConfig",
+    "RequestOutput",
+    "SamplingParams",
     "ServerBusyError",
     "ServingMetrics",
     "Signature",

@@ -33,3 +33,7 @@ class ServerBusyError(Error):
 
 class ConfigError(Error):
     """A serving configuration file or option has a bad value."""
+
+
+class QueueFullError(ServerBusyError):
+    """The LLM engine's waiting queue is at its limit; retry later (HTTP 429)."""

@@ -3,55 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import socket
-import time
 from collections.abc import Sequence
-from types import FrameType
 
 import uvicorn
 
 from jaxstack.serving._src.errors import Error
+from jaxstack.serving._src.http_server import DrainingServer
 from jaxstack.serving._src.models.http import create_app
 from jaxstack.serving._src.models.repository import ModelConfig
 from jaxstack.serving._src.models.server import ModelServer
-
-
-class _DrainingServer(uvicorn.Server):
-    """uvicorn with a drain: stop accepting, answer what open connections send, then close.
-
-    uvicorn's own shutdown closes idle keep-alive connections at once, so a request a client
-    sent just before gets a connection reset. Here the listener closes first, the app marks
-    itself draining (every answer then says `Connection: close`), and open connections get up
-    to `drain_s` to send and be answered before uvicorn closes what is left.
-    """
-
-    def __init__(self, config: uvicorn.Config, *, drain_s: float):
-        super().__init__(config)
-        self.drain_s = drain_s
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
-        # uvicorn re-raises a captured SIGTERM after its shutdown, which would kill the process
-        # before the model server drains; `serve` drains and returns instead.
-        captured = getattr(self, "_captured_signals", None)
-        if isinstance(captured, list):
-            captured.clear()
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        for server in self.servers:
-            server.close()
-        for sock in sockets or []:
-            sock.close()
-        self.config.app.state.draining = True
-        deadline = time.monotonic() + self.drain_s
-        while self.server_state.connections and time.monotonic() < deadline:
-            if self.force_exit:
-                break
-            await asyncio.sleep(0.05)
-        await super().shutdown(sockets)
 
 
 def serve(
@@ -74,7 +37,7 @@ def serve(
         create_app(server), host=host, port=port, log_level=log_level, access_log=False
     )
     try:
-        _DrainingServer(config, drain_s=drain_s).run(sockets=[sock] if sock is not None else None)
+        DrainingServer(config, drain_s=drain_s).run(sockets=[sock] if sock is not None else None)
     finally:
         server.close()
 

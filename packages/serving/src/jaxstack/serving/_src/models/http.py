@@ -27,8 +27,8 @@ from jaxstack.serving._src.errors import (
     Error,
     InvalidInputError,
     ModelNotFoundError,
-    ServerBusyError,
 )
+from jaxstack.serving._src.http_common import read_body, status_of
 from jaxstack.serving._src.models import artifact_format as fmt
 from jaxstack.serving._src.models import kserve
 from jaxstack.serving._src.models.server import LoadedVersion, ModelServer
@@ -39,24 +39,8 @@ logger = logging.getLogger("jaxstack.serving.models")
 _BINARY_HEADER = "inference-header-content-length"
 
 
-class RequestTooLargeError(InvalidInputError):
-    """The body is larger than the server accepts (HTTP 413)."""
-
-
-_STATUS = {
-    RequestTooLargeError: 413,
-    InvalidInputError: 400,
-    ModelNotFoundError: 404,
-    ServerBusyError: 503,
-}
-
-
-def _status_of(error: BaseException) -> int:
-    return next((code for cls, code in _STATUS.items() if isinstance(error, cls)), 500)
-
-
 def _error(error: BaseException) -> JSONResponse:
-    status = _status_of(error)
+    status = status_of(error)
     message = str(error) if isinstance(error, Error) else f"{type(error).__name__}: {error}"
     headers = {"Retry-After": "1"} if status == 503 else None
     return JSONResponse({"error": message}, status_code=status, headers=headers)
@@ -175,7 +159,9 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
                 raise InvalidInputError(
                     "binary tensor data is not supported; send every tensor as JSON 'data'"
                 )
-            parsed = kserve.decode_request(await _read_body(request, max_request_bytes))
+            parsed = kserve.decode_request(
+                await read_body(request, max_request_bytes, hint="send fewer rows per request")
+            )
             if parsed.outputs is not None:
                 _check_requested_outputs(server.resolve(model, number), parsed.outputs)
             loaded, future = server.submit(model, parsed.inputs, number)
@@ -184,7 +170,7 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
                 loaded.name, loaded.version, parsed.id, outputs, parsed.outputs
             )
         except Exception as e:
-            if _status_of(e) == 500:
+            if status_of(e) == 500:
                 logger.exception("inference on %s failed", model)
             # Unserved names a client made up must not become label values (cardinality).
             label = (
@@ -192,7 +178,7 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
                 if loaded is not None
                 else (model if model in server.model_names() else "_unknown", "_none")
             )
-            metrics.requests.labels(*label, str(_status_of(e))).inc()
+            metrics.requests.labels(*label, str(status_of(e))).inc()
             return _error(e)
         metrics.requests.labels(*_labels(loaded), "200").inc()
         metrics.latency.labels(*_labels(loaded)).observe(time.perf_counter() - start)
@@ -207,29 +193,6 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
         return await infer(request, model, version)
 
     return router
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused (413) once more than `limit` bytes have arrived.
-
-    Content-Length is checked first, but a chunked body has none: the limit is counted while
-    reading, so a client cannot make the server buffer more than `limit` bytes.
-    """
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > limit:
-        raise RequestTooLargeError(
-            f"request body of {declared} bytes exceeds the limit of {limit}; "
-            "send fewer rows per request"
-        )
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise RequestTooLargeError(
-                f"request body exceeds the limit of {limit} bytes; send fewer rows per request"
-            )
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _check_requested_outputs(loaded: LoadedVersion, requested: list[str]) -> None:

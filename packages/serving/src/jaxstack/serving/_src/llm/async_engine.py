@@ -1,0 +1,180 @@
+"""AsyncEngine: the engine's step loop on a thread of its own, fed by an asyncio server.
+
+Handlers `submit` a prompt and read `Delta`s (new tokens and text of one sequence) from an
+asyncio queue; `abort` cancels (a client that went away). All engine state is touched only by
+the engine thread: submissions and aborts reach it through an inbox it drains between steps,
+and results go back with `loop.call_soon_threadsafe`, as snapshots rather than live objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+
+from jaxstack.serving._src.errors import QueueFullError, ServerBusyError
+from jaxstack.serving._src.llm.engine import LLMEngine, SequenceUpdate
+from jaxstack.serving._src.llm.metrics import LLMMetrics
+from jaxstack.serving._src.llm.sampling_params import SamplingParams
+
+logger = logging.getLogger("jaxstack.serving.llm")
+
+
+@dataclasses.dataclass
+class _Route:
+    """Where a request's Deltas go, and how many of its sequences are still unfinished."""
+
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    tag: int
+    unfinished: int
+
+    def put(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+@dataclasses.dataclass(frozen=True)
+class Delta:
+    """What one step produced for one sequence of a submitted prompt."""
+
+    tag: int  # the submitter's label for the prompt (its position in a multi-prompt request)
+    index: int  # sample index within the prompt's n
+    token_ids: list[int]
+    text: str
+    logprobs: list[float]
+    top_logprobs: list[dict[int, float]] | None
+    finish_reason: str | None
+    prompt_token_ids: list[int]
+    prompt_logprobs: list[dict[int, float] | None] | None  # on the first delta only
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, *, max_waiting: int = 256):
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.metrics = LLMMetrics(engine.stats, self.queue_length)
+        self._inbox: collections.deque = collections.deque()
+        self._wake = threading.Condition()
+        self._routes: dict[str, _Route] = {}
+        self._last_token: dict[str, float] = {}
+        self._ids = itertools.count()
+        self._stop = False
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        with self._wake:
+            self._stop = True
+            self._wake.notify()
+        self._thread.join(timeout=60)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive() and self.error is None
+
+    def queue_length(self) -> int:
+        return len(self._inbox) + len(self.engine.scheduler.waiting)
+
+    # ----------------------------------------------------------------- asyncio side
+    def submit(
+        self, prompt_token_ids: list[int], params: SamplingParams, queue: asyncio.Queue, tag: int
+    ) -> str:
+        """Queue a prompt; its Deltas will arrive on `queue`. Returns the request id."""
+        if not self.alive:
+            raise ServerBusyError("the engine has stopped; see the server log")
+        self.engine.check_request(prompt_token_ids, params)
+        if self.queue_length() >= self.max_waiting:
+            raise QueueFullError(
+                f"{self.queue_length()} requests are already waiting (limit {self.max_waiting}); "
+                "retry later"
+            )
+        request_id = f"req-{next(self._ids)}"
+        self._routes[request_id] = _Route(asyncio.get_running_loop(), queue, tag, params.n)
+        self._post(("add", request_id, prompt_token_ids, params))
+        return request_id
+
+    def abort(self, request_id: str) -> None:
+        self._post(("abort", request_id))
+
+    def _post(self, command: tuple) -> None:
+        with self._wake:
+            self._inbox.append(command)
+            self._wake.notify()
+
+    # ------------------------------------------------------------------ engine side
+    def _loop(self) -> None:
+        try:
+            while True:
+                with self._wake:
+                    while not (self._inbox or self.engine.has_unfinished() or self._stop):
+                        self._wake.wait()
+                    if self._stop:
+                        return
+                    commands = list(self._inbox)
+                    self._inbox.clear()
+                for command in commands:
+                    self._apply(command)
+                if self.engine.has_unfinished():
+                    for update in self.engine.step():
+                        self._deliver(update)
+                self.metrics.count(self.engine.stats())
+        except BaseException as e:  # the thread must not die silently
+            logger.exception("the LLM engine failed")
+            self.error = e
+            for route in self._routes.values():
+                route.put(e)
+
+    def _apply(self, command: tuple) -> None:
+        if command[0] == "abort":
+            self.metrics.finished.labels("abort").inc(self.engine.abort(command[1]))
+            self._routes.pop(command[1], None)
+            return
+        _, request_id, prompt_token_ids, params = command
+        if request_id not in self._routes:
+            return  # aborted before it was added
+        self.engine.add_request(prompt_token_ids, params, request_id)
+
+    def _deliver(self, update: SequenceUpdate) -> None:
+        seq = update.seq
+        route = self._routes.get(seq.request_id)
+        if route is None:
+            return
+        now = time.monotonic()
+        n = len(update.new_token_ids)
+        out = seq.output
+        if n:
+            last = self._last_token.get(seq.seq_id)
+            if last is None:
+                self.metrics.ttft.observe(now - seq.arrival_time)
+            else:
+                self.metrics.itl.observe(now - last)
+            self._last_token[seq.seq_id] = now
+        first = len(out.token_ids) == n
+        delta = Delta(
+            tag=route.tag,
+            index=seq.index,
+            token_ids=list(update.new_token_ids),
+            text=update.new_text,
+            logprobs=out.logprobs[len(out.logprobs) - n :],
+            top_logprobs=None
+            if out.top_logprobs is None
+            else out.top_logprobs[len(out.top_logprobs) - n :],
+            finish_reason=out.finish_reason,
+            prompt_token_ids=seq.prompt_token_ids if first else [],
+            prompt_logprobs=list(seq.prompt_logprobs) if first and seq.prompt_logprobs else None,
+        )
+        if update.finished:
+            self._last_token.pop(seq.seq_id, None)
+            self.metrics.e2e.observe(now - seq.arrival_time)
+            self.metrics.finished.labels(out.finish_reason).inc()
+            route.unfinished -= 1
+            if not route.unfinished:
+                del self._routes[seq.request_id]
+        route.put(delta)

@@ -1,0 +1,130 @@
+"""`jaxstack-serve --model PATH`: an OpenAI-compatible server for an nnlib model."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+import uvicorn
+
+from jaxstack.serving._src.errors import Error
+from jaxstack.serving._src.http_server import DrainingServer
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jaxstack-serve",
+        description="Serve an nnlib model (HF folder, jaxstack-train run or ckptlib checkpoint) "
+        "over the OpenAI API with a paged KV cache and continuous batching.",
+    )
+    p.add_argument("--model", required=True, help="HF folder, run directory or checkpoint dir")
+    p.add_argument("--served-model-name", help="the model id clients use (default: folder name)")
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get("JAXSTACK_API_KEY"),
+        help="require 'Authorization: Bearer KEY' on /v1 (default: $JAXSTACK_API_KEY)",
+    )
+    p.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
+    p.add_argument("--max-num-seqs", type=int, default=32)
+    p.add_argument("--max-num-batched-tokens", type=int, default=256)
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--num-blocks", type=int, help="KV blocks (default: max-num-seqs full contexts)")
+    p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument("--max-logprobs", type=int, default=20)
+    p.add_argument(
+        "--max-waiting-requests",
+        type=int,
+        default=256,
+        help="queued requests beyond which new ones get 429",
+    )
+    p.add_argument("--max-request-bytes", type=int, default=1 << 20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--host-allocator",
+        choices=("auto", "retain", "system"),
+        default="auto",
+        help="keep freed host memory mapped ('retain') or not; 'auto' decides from "
+        "the CPU (see jaxstack.xprof_lite.set_host_allocator)",
+    )
+    p.add_argument("--no-warmup", action="store_true", help="compile lazily, not at startup")
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="seconds idle connections get after SIGTERM; streams in flight finish",
+    )
+    p.add_argument("--log-level", default="info")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    log = logging.getLogger("jaxstack.serving.llm")
+    from jaxstack import xprof_lite
+
+    # Before JAX starts its backend: the setting applies to allocations made after it.
+    allocator = xprof_lite.set_host_allocator(args.host_allocator)
+
+    from jaxstack.serving._src.llm.async_engine import AsyncEngine
+    from jaxstack.serving._src.llm.engine import EngineConfig, LLMEngine
+    from jaxstack.serving._src.llm.loading import load_model
+    from jaxstack.serving._src.llm.openai_server import create_llm_app
+
+    try:
+        loaded = load_model(args.model)
+        config = EngineConfig(
+            max_model_len=args.max_model_len,
+            block_size=args.block_size,
+            num_blocks=args.num_blocks,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
+            enable_prefix_caching=not args.no_prefix_caching,
+            max_logprobs=args.max_logprobs,
+            seed=args.seed,
+        )
+        engine = LLMEngine(loaded.model, loaded.tokenizer, config)
+    except Error as e:
+        print(f"jaxstack-serve: {e}", file=sys.stderr)
+        return 2
+    if not args.no_warmup:
+        log.info("compiling %d step shapes", 2 * len(engine.runner.buckets))
+        engine.runner.warmup()
+    app = create_llm_app(
+        AsyncEngine(engine, max_waiting=args.max_waiting_requests),
+        model_name=args.served_model_name or loaded.name,
+        tokenizer=loaded.tokenizer,
+        chat_template=loaded.chat_template,
+        api_key=args.api_key,
+        max_request_bytes=args.max_request_bytes,
+    )
+    sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(2048)  # connections wait in the backlog until uvicorn accepts them
+    except OSError as e:
+        print(
+            f"jaxstack-serve: cannot bind {args.host}:{args.port} ({e}); pick another --port",
+            file=sys.stderr,
+        )
+        return 2
+    print(
+        f"serving {args.model} as {args.served_model_name or loaded.name} on "
+        f"http://{args.host}:{sock.getsockname()[1]} (pid {os.getpid()}, host allocator "
+        f"{allocator})",
+        flush=True,
+    )
+    config = uvicorn.Config(app, log_level=args.log_level.lower(), access_log=False)
+    DrainingServer(config, drain_s=args.drain_timeout).run(sockets=[sock])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

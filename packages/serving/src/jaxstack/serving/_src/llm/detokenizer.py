@@ -1,0 +1,49 @@
+"""Incremental detokenization with stop strings, safe for streaming.
+
+Each step decodes the sequence's output tokens and releases only text that can no longer
+change: a trailing U+FFFD (a multi-byte character cut between tokens) and a tail that could
+still grow into a stop string are held back until the next token settles them, so a streamed
+client never sees text that is later taken back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+_INCOMPLETE = "\ufffd"
+
+
+class Detokenizer:
+    def __init__(self, tokenizer, stop: Sequence[str] = (), include_stop: bool = False):
+        self.tokenizer = tokenizer
+        self.stop = tuple(stop)
+        self.include_stop = include_stop
+        self._full = ""
+        self.text = ""  # released so far
+
+    def add(self, token_ids: Sequence[int]) -> tuple[str, str | None]:
+        """Decode after new tokens; returns (newly released text, matched stop string)."""
+        self._full = full = self.tokenizer.decode(token_ids)
+        if self.stop:
+            # Held-back tails guarantee that a stop string starts after the released text.
+            hits = [(i, s) for s in self.stop if (i := full.find(s, len(self.text))) >= 0]
+            if hits:
+                i, s = min(hits)
+                return self._release(i + len(s) if self.include_stop else i), s
+        end = len(full.rstrip(_INCOMPLETE))
+        end -= max(
+            (k for s in self.stop for k in range(1, len(s)) if full[:end].endswith(s[:k])),
+            default=0,
+        )
+        return self._release(end), None
+
+    def flush(self) -> str:
+        """Release everything held back (the sequence ended for another reason)."""
+        return self._release(len(self._full))
+
+    def _release(self, end: int) -> str:
+        if end <= len(self.text):
+            return ""
+        delta = self._full[len(self.text) : end]
+        self.text = self._full[:end]
+        return delta

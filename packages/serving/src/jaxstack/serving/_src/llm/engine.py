@@ -1,0 +1,259 @@
+"""LLMEngine: the step loop. Schedule, run the model, record the sampled tokens, free.
+
+    batch = scheduler.schedule()          # who runs, how many tokens each
+    result = runner.execute(batch)        # one jitted forward + sampling over the batch
+    for seq in batch: append its token, check stops, release it when finished
+
+Requests come in through `add_request` (a prompt's token ids and SamplingParams; n > 1
+becomes n sequences) and leave through the `SequenceUpdate`s that `step` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from typing import Any
+
+import numpy as np
+from flax import nnx
+
+from jaxstack.serving._src.errors import ConfigError, InvalidInputError
+from jaxstack.serving._src.llm.block_manager import BlockManager
+from jaxstack.serving._src.llm.detokenizer import Detokenizer
+from jaxstack.serving._src.llm.model_runner import ModelRunner, StepResult
+from jaxstack.serving._src.llm.sampling_params import SamplingParams
+from jaxstack.serving._src.llm.scheduler import Scheduler
+from jaxstack.serving._src.llm.sequence import Sequence, derived_seed
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineConfig:
+    """Engine options (vLLM's names).
+
+    Attributes:
+      max_model_len: longest prompt + output (default: the model's max_seq_len).
+      block_size: token slots per KV block.
+      num_blocks: KV blocks in the cache (default: room for max_num_seqs full-length
+        sequences, plus the null block).
+      max_num_seqs: sequences running at once.
+      max_num_batched_tokens: tokens per step (prefill chunks + decodes).
+      enable_prefix_caching: reuse the KV of shared prompt prefixes.
+      max_logprobs: most alternatives a request may ask for per token.
+      seed: seed of the random seeds given to requests that bring none.
+    """
+
+    max_model_len: int | None = None
+    block_size: int = 16
+    num_blocks: int | None = None
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 256
+    enable_prefix_caching: bool = True
+    max_logprobs: int = 20
+    seed: int = 0
+
+
+@dataclasses.dataclass
+class SequenceUpdate:
+    """What one step did to one sequence (new tokens are at most one per step)."""
+
+    seq: Sequence
+    new_token_ids: list[int]
+    new_text: str
+    finished: bool
+
+
+class LLMEngine:
+    def __init__(
+        self, model: nnx.Module, tokenizer: Any = None, config: EngineConfig = EngineConfig()
+    ):
+        c = config
+        max_model_len = c.max_model_len or model.config.max_seq_len
+        blocks_per_seq = -(-max_model_len // c.block_size)
+        num_blocks = c.num_blocks or c.max_num_seqs * blocks_per_seq + 1
+        if num_blocks - 1 < blocks_per_seq:
+            raise ConfigError(
+                f"num_blocks={num_blocks} cannot hold one sequence of max_model_len="
+                f"{max_model_len} ({blocks_per_seq} blocks of {c.block_size} plus the null "
+                "block); raise num_blocks or lower max_model_len"
+            )
+        if c.max_num_batched_tokens < c.max_num_seqs:
+            raise ConfigError(
+                f"max_num_batched_tokens={c.max_num_batched_tokens} must be >= max_num_seqs="
+                f"{c.max_num_seqs} (every running sequence needs a token per step)"
+            )
+        self.config = dataclasses.replace(c, max_model_len=max_model_len, num_blocks=num_blocks)
+        self.model_config = model.config
+        self.tokenizer = tokenizer
+        self.blocks = BlockManager(
+            num_blocks, c.block_size, enable_prefix_caching=c.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.blocks,
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens,
+        )
+        self.runner = ModelRunner(
+            model,
+            num_blocks=num_blocks,
+            block_size=c.block_size,
+            max_model_len=max_model_len,
+            max_num_seqs=c.max_num_seqs,
+            max_num_batched_tokens=c.max_num_batched_tokens,
+            max_logprobs=c.max_logprobs,
+        )
+        self._seeds = np.random.default_rng(c.seed)
+        self._ids = itertools.count()
+        self.sequences: dict[str, list[Sequence]] = {}
+        self.num_prompt_tokens = 0
+        self.num_generation_tokens = 0
+
+    # ------------------------------------------------------------------------ requests
+    def check_request(self, prompt_token_ids: list[int], params: SamplingParams) -> int:
+        """Validate a request against the model; returns its effective max_tokens."""
+        n_prompt = len(prompt_token_ids)
+        limit = self.config.max_model_len
+        vocab = self.model_config.vocab_size
+        if n_prompt == 0:
+            raise InvalidInputError("prompt is empty; send at least one token")
+        if any(not 0 <= t < vocab for t in prompt_token_ids):
+            raise InvalidInputError(f"prompt token ids must be in [0, {vocab})")
+        if n_prompt >= limit and not (n_prompt == limit and params.max_tokens == 0):
+            raise InvalidInputError(
+                f"prompt has {n_prompt} tokens but the context is {limit} (max_model_len); "
+                "shorten the prompt"
+            )
+        max_tokens = limit - n_prompt if params.max_tokens is None else params.max_tokens
+        if n_prompt + max_tokens > limit:
+            raise InvalidInputError(
+                f"max_tokens={max_tokens} plus {n_prompt} prompt tokens exceed the context of "
+                f"{limit} (max_model_len); lower max_tokens to at most {limit - n_prompt}"
+            )
+        for name, k in (("logprobs", params.logprobs), ("prompt_logprobs", params.prompt_logprobs)):
+            if k is not None and k > self.config.max_logprobs:
+                raise InvalidInputError(
+                    f"{name}={k} exceeds the server's max_logprobs={self.config.max_logprobs}"
+                )
+        return max_tokens
+
+    def add_request(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ) -> list[Sequence]:
+        """Queue a prompt; returns its n sequences (index 0..n-1)."""
+        max_tokens = self.check_request(prompt_token_ids, params)
+        request_id = request_id or str(next(self._ids))
+        if request_id in self.sequences:
+            raise InvalidInputError(f"request id {request_id!r} is already running")
+        base = int(self._seeds.integers(2**32)) if params.seed is None else params.seed
+        eos = getattr(self.tokenizer, "eos_id", None)
+        seqs = []
+        for i in range(params.n):
+            detok = None
+            if self.tokenizer is not None:
+                detok = Detokenizer(self.tokenizer, params.stop, params.include_stop_str_in_output)
+            seq = Sequence(
+                request_id,
+                i,
+                prompt_token_ids,
+                params,
+                seed=base if params.n == 1 else derived_seed(base, i),
+                max_tokens=max_tokens,
+                eos_token_id=eos,
+                detokenizer=detok,
+            )
+            seqs.append(seq)
+            self.scheduler.add(seq)
+        self.sequences[request_id] = seqs
+        self.num_prompt_tokens += len(prompt_token_ids)
+        return seqs
+
+    def abort(self, request_id: str) -> int:
+        """Cancel a request: its unfinished sequences end with finish_reason "abort" and free
+        their blocks. Returns how many were cancelled."""
+        cancelled = 0
+        for seq in self.sequences.pop(request_id, []):
+            if not seq.finished:
+                seq.finish("abort")
+                self.scheduler.finish(seq)
+                cancelled += 1
+        return cancelled
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_work()
+
+    # ---------------------------------------------------------------------------- step
+    def step(self) -> list[SequenceUpdate]:
+        batch = self.scheduler.schedule()
+        if not batch.seqs:
+            return []
+        result = self.runner.execute(batch)
+        updates = []
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+            update = self._advance(seq, n, i, result)
+            if update is not None:
+                updates.append(update)
+        return updates
+
+    def _advance(self, seq: Sequence, n: int, i: int, result: StepResult):
+        if seq.prompt_logprobs is not None and result.prompt is not None:
+            self._record_prompt_logprobs(seq, n, result.row_offsets[i], result.prompt)
+        seq.num_computed_tokens += n
+        self.blocks.cache_full_blocks(seq)
+        if seq.num_computed_tokens < seq.num_tokens:
+            return None  # a prefill chunk: nothing to sample yet
+        if seq.max_tokens == 0:
+            seq.finish("length")
+            new_ids, text = [], ""
+        else:
+            s = result.sampled
+            token = int(s.token_ids[i])
+            top = None
+            if seq.params.logprobs:
+                k = seq.params.logprobs
+                top = dict(
+                    zip(s.top_ids[i, :k].tolist(), s.top_logprobs[i, :k].tolist(), strict=True)
+                )
+            text, _ = seq.append_token(token, float(s.logprobs[i]), top)
+            new_ids = [token]
+            self.num_generation_tokens += 1
+            if not seq.finished and seq.num_tokens >= self.config.max_model_len:
+                seq.finish("length")
+        if seq.finished:
+            self.scheduler.finish(seq)
+            if all(q.finished for q in self.sequences.get(seq.request_id, [])):
+                self.sequences.pop(seq.request_id, None)
+        return SequenceUpdate(seq, new_ids, text, seq.finished)
+
+    def _record_prompt_logprobs(self, seq: Sequence, n: int, row: int, scores) -> None:
+        start = seq.num_computed_tokens
+        last = min(start + n, len(seq.prompt_token_ids) - 1)  # rows that predict a prompt token
+        k = seq.params.prompt_logprobs
+        # After a preemption the prompt is recomputed: skip the positions already recorded.
+        for j in range(max(start, len(seq.prompt_logprobs) - 1), last):
+            r = row + j - start
+            entry = dict(
+                zip(
+                    scores.top_ids[r, :k].tolist(), scores.top_logprobs[r, :k].tolist(), strict=True
+                )
+            )
+            entry[seq.prompt_token_ids[j + 1]] = float(scores.logprobs[r])
+            seq.prompt_logprobs.append(entry)
+
+    # --------------------------------------------------------------------------- state
+    def update_weights(self, params: Any) -> None:
+        """Serve new parameter values from now on; cached prefixes are dropped (stale KV)."""
+        self.runner.update_weights(params)
+        self.blocks.reset_prefix_cache()
+
+    def stats(self) -> dict[str, float]:
+        b = self.blocks
+        return {
+            "num_requests_running": len(self.scheduler.running),
+            "num_requests_waiting": len(self.scheduler.waiting),
+            "kv_blocks_used": b.num_used_blocks,
+            "kv_blocks_free": b.num_free_blocks,
+            "prefix_cache_queries": b.prefix_queries,
+            "prefix_cache_hits": b.prefix_hits,
+            "num_preemptions": self.scheduler.num_preemptions,
+            "prompt_tokens": self.num_prompt_tokens,
+            "generation_tokens": self.num_generation_tokens,
+        }

@@ -1,0 +1,144 @@
+"""Find a model, its tokenizer and its chat template from one path.
+
+Three layouts are recognised:
+- an HF folder: config.json + model.safetensors (or shards), tokenizer.json and
+  tokenizer_config.json (chat template, special tokens) beside them;
+- a `jaxstack-train` run directory: config.yaml + checkpoints/ (the newest good step);
+- a ckptlib checkpoint directory whose metadata holds {"config": {"model": ...}} (the
+  trainer's form: an nnlib preset name plus overrides, or a full ModelConfig dict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from jaxstack import ckptlib, datalib, nnlib
+from jaxstack.serving._src.errors import ConfigError
+
+# Used when a model brings no chat template (jaxstack-trained models): ChatML's layout.
+DEFAULT_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    model: nnx.Module
+    tokenizer: Any
+    chat_template: datalib.ChatTemplate | None
+    name: str
+
+
+def load_model(path: str | os.PathLike) -> LoadedModel:
+    path = pathlib.Path(path)
+    if not path.is_dir():
+        raise ConfigError(
+            f"--model {path}: no such directory; pass an HF folder, a run "
+            "directory or a checkpoint directory"
+        )
+    if (path / "config.json").is_file():
+        model = nnlib.load_hf_checkpoint(path)
+        tokenizer = _tokenizer_file(path)
+        template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
+        return LoadedModel(model, tokenizer, template, path.name)
+    ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
+    if not ckptlib.list_checkpoints(ckpt_dir):
+        raise ConfigError(
+            f"{path} holds neither an HF model (config.json) nor checkpoints; pass an HF "
+            "folder, a jaxstack-train run directory or a ckptlib checkpoint directory"
+        )
+    with ckptlib.CheckpointManager(ckpt_dir, read_only=True) as manager:
+        restored = manager.restore(subtree="params")
+    config = (restored.metadata or {}).get("config") or {}
+    if "model" not in config:
+        raise ConfigError(
+            f"{ckpt_dir}: the checkpoint metadata has no config.model; save it with "
+            "metadata={'config': {'model': model_config.to_dict()}}"
+        )
+    arrays = _flat_params(restored.state)
+    model_config = _model_config(config, arrays)
+    model = nnx.eval_shape(lambda: nnlib.Transformer(model_config, rngs=nnx.Rngs(0)))
+    params = nnx.state(model, nnx.Param)
+    missing = []
+
+    def take(key_path, leaf):
+        name = _path(key_path)
+        if name not in arrays or arrays[name].shape != leaf.shape:
+            missing.append(name)
+            return leaf
+        return jax.numpy.asarray(arrays[name], leaf.dtype)
+
+    params = jax.tree_util.tree_map_with_path(take, params)
+    if missing:
+        raise ConfigError(
+            f"{ckpt_dir}: parameters missing or mis-shaped for the saved config: {missing[:5]}"
+        )
+    nnx.update(model, params)
+    tokenizer = _tokenizer_file(path) or _run_tokenizer(config)
+    template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
+    return LoadedModel(model, tokenizer, template, path.name)
+
+
+def _path(key_path) -> str:
+    """The project's parameter path: `/`-joined keys without a trailing Variable `value`."""
+    last = key_path[-1] if key_path else None
+    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "value":
+        key_path = key_path[:-1]
+    return jax.tree_util.keystr(key_path, simple=True, separator="/")
+
+
+def _flat_params(tree: Any) -> dict[str, np.ndarray]:
+    """Restored params by path. Without a target, ckptlib rebuilds an nnx State as plain dicts
+    in which each Variable is a {"value": array} dict; that wrapper is not a parameter name."""
+    flat = {}
+    for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        name = _path(key_path)
+        flat[name.removesuffix("/value")] = np.asarray(leaf)
+    return flat
+
+
+def _model_config(config: dict[str, Any], arrays: dict[str, np.ndarray]) -> nnlib.ModelConfig:
+    fields = dict(config["model"])
+    preset = fields.pop("preset", None)
+    base = nnlib.get_preset(preset) if preset else nnlib.ModelConfig()
+    if "embed" in arrays:  # the trainer sizes the vocabulary from its tokenizer
+        fields["vocab_size"] = arrays["embed"].shape[0]
+    seq_len = (config.get("data") or {}).get("seq_len")
+    if seq_len and fields.get("max_seq_len", base.max_seq_len) < seq_len:
+        fields["max_seq_len"] = seq_len
+    try:
+        return nnlib.ModelConfig.from_dict({**base.to_dict(), **fields})
+    except Exception as e:
+        raise ConfigError(f"checkpoint config.model {config['model']!r} is not valid: {e}") from e
+
+
+def _tokenizer_file(path: pathlib.Path):
+    if (path / "tokenizer.json").is_file():
+        return datalib.BPETokenizer.from_file(path / "tokenizer.json")
+    return None
+
+
+def _run_tokenizer(config: dict[str, Any]):
+    name = (config.get("data") or {}).get("tokenizer", "byte")
+    if name == "byte":
+        return datalib.ByteTokenizer()
+    return datalib.BPETokenizer.from_file(name)
+
+
+def _chat_template(path: pathlib.Path) -> datalib.ChatTemplate | None:
+    config = path / "tokenizer_config.json"
+    if not config.is_file():
+        return None
+    try:
+        return datalib.ChatTemplate.from_tokenizer_config(config)
+    except datalib.Error:
+        return None

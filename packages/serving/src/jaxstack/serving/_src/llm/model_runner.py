@@ -1,0 +1,269 @@
+"""The model runner: turns a scheduled batch into arrays, runs one jitted step, samples.
+
+A step is one flat row of tokens (all sequences' prefill chunks and decode tokens), padded
+to a bucket: the smallest of a few token counts (16, 32, ..., the token budget) that holds it;
+the sequence dimension is min(bucket, max_num_seqs). Every step of a running server therefore
+reuses one of a handful of compiled programs (per sampling variant), and `warmup` compiles
+them all before the first request. `num_compilations()` counts traces, for tests.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from jaxstack.serving._src.errors import InvalidInputError
+from jaxstack.serving._src.llm import sampler
+from jaxstack.serving._src.llm.block_manager import NULL_BLOCK
+from jaxstack.serving._src.llm.paged_cache import PagedKVCache
+from jaxstack.serving._src.llm.scheduler import ScheduledBatch
+
+MIN_BUCKET = 16
+
+
+def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
+    buckets, b = [], MIN_BUCKET
+    while b < max_num_batched_tokens:
+        buckets.append(b)
+        b *= 2
+    return (*buckets, max_num_batched_tokens)
+
+
+class StepInputs(NamedTuple):
+    tokens: jax.Array  # [T]
+    positions: jax.Array  # [T]
+    segment_ids: jax.Array  # [T] 1 live, 0 padding
+    slot_mapping: jax.Array  # [T]
+    kv_lens: jax.Array  # [S]
+    block_tables: jax.Array  # [S, blocks_per_seq]
+    query_start_loc: jax.Array  # [S + 1]
+    num_seqs: jax.Array  # []
+    logits_indices: jax.Array  # [S] row of each sequence's last new token
+    next_tokens: jax.Array  # [T] the token after each row (prompt log-probabilities)
+
+
+class PromptScores(NamedTuple):
+    """Per token row: log-probability of the following token, and the top alternatives."""
+
+    logprobs: np.ndarray  # [T]
+    top_ids: np.ndarray  # [T, K]
+    top_logprobs: np.ndarray  # [T, K]
+
+
+@dataclasses.dataclass
+class StepResult:
+    sampled: sampler.Sampled  # NumPy arrays, one row per scheduled sequence (and padding)
+    prompt: PromptScores | None
+    row_offsets: list[int]  # first token row of each scheduled sequence
+
+
+_traces = 0
+
+
+def num_compilations() -> int:
+    """Programs compiled for engine steps so far, in this process (all engines share them:
+    engines of the same model structure and cache shape reuse each other's programs)."""
+    return _traces
+
+
+@functools.partial(
+    jax.jit,
+    static_argnames=("graphdef", "block_size", "num_top", "all_greedy", "scores"),
+    donate_argnames=("k", "v"),
+)
+def _forward(
+    graphdef, state, k, v, x: StepInputs, s, penalties, *, block_size, num_top, all_greedy, scores
+):
+    """One engine step: the model over the flat token row, then sampling at each sequence's
+    last row (and, for prompt log-probabilities, scores at every row)."""
+    global _traces
+    _traces += 1  # runs only while tracing
+    model = nnx.merge(graphdef, state, copy=True)
+    cache = PagedKVCache(
+        k,
+        v,
+        x.slot_mapping,
+        x.kv_lens,
+        x.block_tables,
+        x.query_start_loc,
+        x.num_seqs,
+        block_size=block_size,
+    )
+    hidden, cache, _ = model.hidden_states(
+        x.tokens[None], x.positions[None], x.segment_ids[None], cache
+    )
+    hidden = hidden[0]
+    logits = model.unembed(hidden[x.logits_indices])
+    sampled = sampler.sample(logits, s, penalties, num_top=num_top, all_greedy=all_greedy)
+    prompt = None
+    if scores:
+        raw = jax.nn.log_softmax(model.unembed(hidden), axis=-1)
+        nxt = jnp.take_along_axis(raw, x.next_tokens[:, None], axis=-1)[:, 0]
+        top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
+        prompt = (nxt, top_ids.astype(jnp.int32), top_logprobs)
+    return sampled, prompt, cache.k, cache.v
+
+
+class ModelRunner:
+    """Holds the model's split state and the cache arrays; `execute` runs one step."""
+
+    def __init__(
+        self,
+        model: nnx.Module,
+        *,
+        num_blocks: int,
+        block_size: int,
+        max_model_len: int,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_logprobs: int,
+    ):
+        self.config = model.config
+        self.model = model
+        self.graphdef, self.state = nnx.split(model)
+        self.block_size = block_size
+        self.blocks_per_seq = -(-max_model_len // block_size)
+        self.max_num_seqs = max_num_seqs
+        self.max_logprobs = max_logprobs
+        self.buckets = token_buckets(max_num_batched_tokens)
+        dtype = jnp.dtype(self.config.dtype)
+        self.k, self.v = PagedKVCache.zeros(self.config, num_blocks, block_size, dtype)
+
+    def update_weights(self, params: Any) -> None:
+        """Load new parameter values (an nnx State of the same structure, shapes and dtypes)."""
+        old = nnx.state(self.model, nnx.Param)
+        old_shapes = jax.tree.map(lambda a: (a.shape, a.dtype), old)
+        new_shapes = jax.tree.map(lambda a: (a.shape, jnp.dtype(a.dtype)), params)
+        if jax.tree.structure(old_shapes) != jax.tree.structure(new_shapes) or jax.tree.leaves(
+            old_shapes
+        ) != jax.tree.leaves(new_shapes):
+            raise InvalidInputError(
+                "update_weights: params must have the served model's structure, shapes and "
+                "dtypes (pass nnx.state(model, nnx.Param) of the same config)"
+            )
+        nnx.update(self.model, params)
+        self.graphdef, self.state = nnx.split(self.model)
+
+    # --------------------------------------------------------------------------------- host
+    def bucket(self, num_tokens: int) -> int:
+        return next(b for b in self.buckets if b >= num_tokens)
+
+    def warmup(self) -> None:
+        """Compile every bucket, greedy and sampling, before serving."""
+        for t in self.buckets:
+            for all_greedy in (True, False):
+                self._run(self._empty_inputs(t), all_greedy=all_greedy)
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        t = self.bucket(batch.num_tokens)
+        x = self._empty_inputs(t)
+        n_seqs = len(batch.seqs)
+        offsets, row = [], 0
+        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
+            start = seq.num_computed_tokens
+            tokens = seq.token_ids
+            pos = np.arange(start, start + n)
+            blocks = np.asarray(seq.block_ids)
+            x.tokens[row : row + n] = tokens[start : start + n]
+            x.positions[row : row + n] = pos
+            x.segment_ids[row : row + n] = 1
+            x.slot_mapping[row : row + n] = (
+                blocks[pos // self.block_size] * self.block_size + pos % self.block_size
+            )
+            nxt = tokens[start + 1 : start + n + 1]
+            x.next_tokens[row : row + len(nxt)] = nxt
+            x.kv_lens[i] = start + n
+            x.block_tables[i, : len(blocks)] = blocks
+            offsets.append(row)
+            row += n
+            x.query_start_loc[i + 1] = row
+            x.logits_indices[i] = row - 1
+        x.query_start_loc[n_seqs + 1 :] = row
+        x.num_seqs[...] = n_seqs
+        seqs = batch.seqs
+        scores = any(
+            q.prompt_logprobs is not None and q.num_computed_tokens < len(q.prompt_token_ids)
+            for q in seqs
+        )
+        sampled, prompt = self._run(
+            x,
+            seqs=seqs,
+            all_greedy=all(q.params.greedy for q in seqs),
+            scores=scores,
+        )
+        return StepResult(sampled, prompt, offsets)
+
+    def _empty_inputs(self, t: int) -> StepInputs:
+        s = min(t, self.max_num_seqs)
+        i32 = lambda *shape: np.zeros(shape, np.int32)
+        slots = np.full((t,), NULL_BLOCK * self.block_size, np.int32)
+        return StepInputs(
+            i32(t),
+            i32(t),
+            i32(t),
+            slots,
+            i32(s),
+            i32(s, self.blocks_per_seq),
+            i32(s + 1),
+            i32(),
+            i32(s),
+            i32(t),
+        )
+
+    def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, scores=False):
+        s = x.kv_lens.shape[0]
+        f32 = lambda fill: np.full((s,), fill, np.float32)
+        inputs = sampler.SamplingInputs(
+            f32(0.0),
+            np.zeros(s, np.int32),
+            f32(1.0),
+            f32(0.0),
+            np.zeros(s, np.uint32),
+            np.zeros(s, np.int32),
+            f32(0.0),
+            f32(0.0),
+            f32(1.0),
+        )
+        for i, q in enumerate(seqs):
+            p = q.params
+            inputs.temperature[i] = p.temperature
+            inputs.top_k[i] = p.top_k
+            inputs.top_p[i] = p.top_p
+            inputs.min_p[i] = p.min_p
+            inputs.seed[i] = q.seed
+            inputs.step[i] = len(q.output.token_ids)
+            inputs.presence_penalty[i] = p.presence_penalty
+            inputs.frequency_penalty[i] = p.frequency_penalty
+            inputs.repetition_penalty[i] = p.repetition_penalty
+        penalties = None
+        if any(q.params.has_penalties for q in seqs):
+            vocab = self.config.vocab_size
+            counts = np.zeros((s, vocab), np.int32)
+            prompt_mask = np.zeros((s, vocab), bool)
+            for i, q in enumerate(seqs):
+                np.add.at(counts[i], np.asarray(q.output.token_ids, np.int64), 1)
+                prompt_mask[i, q.prompt_token_ids] = True
+            penalties = sampler.Penalties(counts, prompt_mask)
+        sampled, prompt, self.k, self.v = _forward(
+            self.graphdef,
+            self.state,
+            self.k,
+            self.v,
+            x,
+            inputs,
+            penalties,
+            block_size=self.block_size,
+            num_top=self.max_logprobs,
+            all_greedy=all_greedy,
+            scores=scores,
+        )
+        sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
+        if prompt is not None:
+            prompt = PromptScores(*jax.device_get(prompt))
+        return sampled, prompt

@@ -1,0 +1,64 @@
+"""The paged KV cache as nnlib's `KVCache`: the model runs on it unchanged.
+
+nnlib's attention layer calls `cache.attend(layer, q, k, v, ...)` per layer and
+`cache.advance(...)` once after the last layer. Here the whole step is one flat row of tokens
+(`q` is [1, T, heads, head_dim]: every sequence's prefill chunk or decode token, concatenated),
+so `attend` writes the new keys and values into their slots (`slot_mapping`: block id *
+block_size + offset, from the block tables) and runs kernlib's `ragged_paged_attention` over
+the layer's pages. The cache arrays are [layers, num_blocks * block_size, kv_heads, head_dim]:
+a slot-major layout makes the write one scatter and is a free reshape of the
+[num_blocks, block_size, ...] pages the kernel reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from jaxstack import kernlib
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class PagedKVCache:
+    k: jax.Array
+    v: jax.Array
+    slot_mapping: jax.Array  # [T] int32; padding rows write to the null block's slots
+    kv_lens: jax.Array  # [S] tokens in each sequence's cache after this step
+    block_tables: jax.Array  # [S, blocks_per_seq]
+    query_start_loc: jax.Array  # [S + 1]
+    num_seqs: jax.Array  # [] live sequences; the rest are padding
+    block_size: int = dataclasses.field(metadata=dict(static=True), default=16)
+
+    @staticmethod
+    def zeros(config, num_blocks: int, block_size: int, dtype) -> tuple[jax.Array, jax.Array]:
+        """Empty k and v arrays for an nnlib ModelConfig."""
+        shape = (config.num_layers, num_blocks * block_size, config.num_kv_heads, config.head_dim)
+        return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
+
+    def attend(
+        self, layer, q, k, v, *, positions, segment_ids, sliding_window, logits_soft_cap, scale
+    ):
+        del positions, segment_ids  # the block tables and query_start_loc carry both
+        new_k = self.k.at[layer, self.slot_mapping].set(k[0].astype(self.k.dtype))
+        new_v = self.v.at[layer, self.slot_mapping].set(v[0].astype(self.v.dtype))
+        _, slots, kv_heads, head_dim = self.k.shape
+        pages = (slots // self.block_size, self.block_size, kv_heads, head_dim)
+        out = kernlib.ragged_paged_attention(
+            q[0],
+            new_k[layer].reshape(pages).astype(q.dtype),
+            new_v[layer].reshape(pages).astype(q.dtype),
+            self.kv_lens,
+            self.block_tables,
+            self.query_start_loc,
+            self.num_seqs,
+            scale=scale,
+            sliding_window=sliding_window,
+            logits_soft_cap=logits_soft_cap,
+        )
+        return out[None], dataclasses.replace(self, k=new_k, v=new_v)
+
+    def advance(self, positions, segment_ids):
+        return self

@@ -1,0 +1,97 @@
+"""Per-row sampling on device: penalties, temperature, min-p, top-k, top-p, then a draw.
+
+Every row carries its own settings as arrays, so one compiled function serves any mix of
+greedy and sampled requests. Each row's random key is folded from the sequence's seed and
+its output length, so a sequence samples the same tokens whatever shares its batch and
+after a preemption. Log-probabilities are those of the raw model distribution (before any
+processing), as vLLM and the OpenAI API report them.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+
+class SamplingInputs(NamedTuple):
+    """Per-row settings, [S] each (padding rows: temperature 0)."""
+
+    temperature: jax.Array
+    top_k: jax.Array  # 0: no limit
+    top_p: jax.Array
+    min_p: jax.Array
+    seed: jax.Array  # uint32
+    step: jax.Array  # int32, tokens generated so far
+    presence_penalty: jax.Array
+    frequency_penalty: jax.Array
+    repetition_penalty: jax.Array
+
+
+class Penalties(NamedTuple):
+    output_counts: jax.Array  # [S, V] int32, occurrences of each token in the output
+    prompt_mask: jax.Array  # [S, V] bool, tokens present in the prompt
+
+
+class Sampled(NamedTuple):
+    token_ids: jax.Array  # [S] int32
+    logprobs: jax.Array  # [S] raw log-probability of each sampled token
+    top_ids: jax.Array  # [S, K]
+    top_logprobs: jax.Array  # [S, K]
+
+
+def apply_penalties(logits: jax.Array, s: SamplingInputs, p: Penalties) -> jax.Array:
+    """OpenAI presence/frequency penalties on output tokens; CTRL repetition penalty on
+    prompt and output tokens (divide positive logits, multiply negative ones)."""
+    counts = p.output_counts.astype(logits.dtype)
+    seen = (p.output_counts > 0) | p.prompt_mask
+    rep = s.repetition_penalty[:, None]
+    logits = jnp.where(seen, jnp.where(logits > 0, logits / rep, logits * rep), logits)
+    logits = logits - s.frequency_penalty[:, None] * counts
+    return logits - s.presence_penalty[:, None] * (counts > 0)
+
+
+def filter_logits(logits: jax.Array, s: SamplingInputs) -> jax.Array:
+    """Temperature-scaled logits with min-p, top-k and top-p cut to -inf."""
+    t = jnp.where(s.temperature > 0, s.temperature, 1.0)[:, None]
+    logits = logits / t
+    probs = jax.nn.softmax(logits, axis=-1)
+    logits = jnp.where(probs < s.min_p[:, None] * probs.max(-1, keepdims=True), -jnp.inf, logits)
+    vocab = logits.shape[-1]
+    ordered = -jnp.sort(-logits, axis=-1)  # descending
+    k = jnp.where(s.top_k > 0, jnp.minimum(s.top_k, vocab), vocab)
+    kth = jnp.take_along_axis(ordered, (k - 1)[:, None], axis=-1)
+    sorted_probs = jax.nn.softmax(ordered, axis=-1)
+    before = jnp.cumsum(sorted_probs, axis=-1) - sorted_probs  # mass of strictly better tokens
+    keep = before < s.top_p[:, None]
+    nucleus_min = jnp.min(jnp.where(keep, ordered, jnp.inf), axis=-1, keepdims=True)
+    return jnp.where(logits < jnp.maximum(kth, nucleus_min), -jnp.inf, logits)
+
+
+def sample(
+    logits: jax.Array,
+    s: SamplingInputs,
+    penalties: Penalties | None,
+    *,
+    num_top: int,
+    all_greedy: bool,
+) -> Sampled:
+    """Next tokens from last-position logits [S, V] and `num_top` alternatives per row.
+
+    `all_greedy` (static) skips the sort and the draw when no row samples.
+    """
+    raw = jax.nn.log_softmax(logits, axis=-1)
+    if penalties is not None:
+        logits = apply_penalties(logits, s, penalties)
+    token_ids = jnp.argmax(logits, axis=-1)
+    if not all_greedy:
+        keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.key(seed), step))(
+            s.seed, s.step
+        )
+        drawn = jax.vmap(jax.random.categorical)(keys, filter_logits(logits, s))
+        token_ids = jnp.where(s.temperature > 0, drawn, token_ids)
+    token_ids = token_ids.astype(jnp.int32)
+    chosen = jnp.take_along_axis(raw, token_ids[:, None], axis=-1)[:, 0]
+    top_logprobs, top_ids = jax.lax.top_k(raw, num_top)
+    return Sampled(token_ids, chosen, top_ids.astype(jnp.int32), top_logprobs)

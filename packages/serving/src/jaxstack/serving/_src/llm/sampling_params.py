@@ -1,0 +1,97 @@
+"""SamplingParams: how one request's tokens are chosen and when its generation stops.
+
+Names and defaults follow vLLM (and so the OpenAI API the server speaks), so that code written
+against either reads the same here. Every field is validated on construction with a message
+naming the field, because the server hands these messages straight back as HTTP 400 bodies.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+from jaxstack.serving._src.errors import InvalidInputError
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling and stopping settings.
+
+    Attributes:
+      n: completions per prompt (each its own sequence; they share the prompt's cached blocks).
+      temperature: 0 is greedy (argmax); otherwise logits are divided by it before sampling.
+      top_k: keep the k most likely tokens (0 or -1: all).
+      top_p: keep the smallest set of tokens whose probability sums to at least top_p.
+      min_p: drop tokens less likely than min_p times the most likely one.
+      seed: makes sampling reproducible for this request, whatever else is in the batch.
+      max_tokens: tokens to generate at most (0: score the prompt only, see prompt_logprobs).
+      stop: strings that end generation (not included in the text unless
+        include_stop_str_in_output).
+      stop_token_ids: token ids that end generation (the token stays in token_ids).
+      ignore_eos: keep going past the tokenizer's end-of-sequence token.
+      presence_penalty, frequency_penalty: OpenAI's penalties on tokens already generated.
+      repetition_penalty: CTRL's penalty (>1 discourages) on tokens in the prompt or output.
+      logprobs: also return the top-`logprobs` alternatives of every generated token (the
+        sampled token's own log-probability is always returned).
+      prompt_logprobs: return the prompt tokens' log-probabilities with this many
+        alternatives each (0: only the prompt token's own).
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = 16
+    stop: Sequence[str] = ()
+    stop_token_ids: Sequence[int] = ()
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: int | None = None
+    prompt_logprobs: int | None = None
+
+    def __post_init__(self):
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop))
+        object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        if self.top_k == -1:
+            object.__setattr__(self, "top_k", 0)
+        checks = (
+            ("n", self.n >= 1, "must be >= 1"),
+            ("temperature", self.temperature >= 0, "must be >= 0"),
+            ("top_k", self.top_k >= 0, "must be >= 1, or 0/-1 for no limit"),
+            ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
+            ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            ("max_tokens", self.max_tokens is None or self.max_tokens >= 0, "must be >= 0"),
+            ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
+            ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
+            ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
+            ("logprobs", self.logprobs is None or self.logprobs >= 0, "must be >= 0"),
+            (
+                "prompt_logprobs",
+                self.prompt_logprobs is None or self.prompt_logprobs >= 0,
+                "must be >= 0",
+            ),
+            ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
+        )
+        for name, ok, why in checks:
+            if not ok:
+                raise InvalidInputError(f"{name}={getattr(self, name)!r} {why}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        return bool(
+            self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+        )
+
+    def replace(self, **changes) -> SamplingParams:
+        return dataclasses.replace(self, **changes)

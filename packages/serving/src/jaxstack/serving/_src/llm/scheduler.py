@@ -1,0 +1,101 @@
+"""Continuous batching: which sequences run in the next step, and how many tokens each.
+
+Every step has a token budget. Running sequences go first (a decode is one token; a prompt
+still being prefilled gets the next chunk), then waiting ones join in arrival order while
+budget, sequence slots and KV blocks last. So prefill chunks and decodes share one step, new
+requests join at every step, and finished ones leave at once.
+
+When a running sequence cannot get a block, the newest running sequence is preempted: its
+blocks are released and it goes back to the front of the waiting queue, to be recomputed from
+its tokens later (prefix caching often gives most of them back). Its output so far is kept, so
+greedy results do not change.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+
+from jaxstack.serving._src.llm.block_manager import BlockManager
+from jaxstack.serving._src.llm.sequence import Sequence, Status
+
+
+@dataclasses.dataclass
+class ScheduledBatch:
+    """The sequences of one step, in order, with their new-token counts."""
+
+    seqs: list[Sequence]
+    num_new_tokens: list[int]
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(self.num_new_tokens)
+
+
+class Scheduler:
+    def __init__(self, blocks: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int):
+        self.blocks = blocks
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: collections.deque[Sequence] = collections.deque()
+        self.running: list[Sequence] = []
+        self.num_preemptions = 0
+
+    def add(self, seq: Sequence) -> None:
+        self.waiting.append(seq)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> ScheduledBatch:
+        batch = ScheduledBatch([], [])
+        budget = self.max_num_batched_tokens
+        preempted = False
+        i = 0
+        while i < len(self.running) and budget > 0:
+            seq = self.running[i]
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            while not self.blocks.allocate(seq, seq.num_computed_tokens + n):
+                self._preempt(self.running.pop())
+                preempted = True
+                if i >= len(self.running):
+                    break
+            else:
+                batch.seqs.append(seq)
+                batch.num_new_tokens.append(n)
+                budget -= n
+                i += 1
+        # After a preemption the cache is full: admitting new work would only thrash.
+        while self.waiting and budget > 0 and not preempted:
+            if len(self.running) >= self.max_num_seqs:
+                break
+            seq = self.waiting[0]
+            if not seq.block_ids:
+                seq.num_computed_tokens = seq.num_cached_tokens = self.blocks.take_cached_prefix(
+                    seq
+                )
+            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            if not self.blocks.allocate(seq, seq.num_computed_tokens + n):
+                break
+            self.waiting.popleft()
+            seq.status = Status.RUNNING
+            self.running.append(seq)
+            batch.seqs.append(seq)
+            batch.num_new_tokens.append(n)
+            budget -= n
+        return batch
+
+    def finish(self, seq: Sequence) -> None:
+        """Remove a finished or aborted sequence and free its blocks."""
+        if seq in self.running:
+            self.running.remove(seq)
+        elif seq in self.waiting:
+            self.waiting.remove(seq)
+        self.blocks.release(seq)
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.blocks.release(seq)
+        seq.num_computed_tokens = 0
+        seq.status = Status.WAITING
+        self.waiting.appendleft(seq)
+        self.num_preemptions += 1

@@ -1,0 +1,110 @@
+"""A Sequence: one prompt + one sample being generated, the unit the scheduler moves around.
+
+A request with n > 1 becomes n sequences sharing a prompt (their full prompt blocks are shared
+through the prefix cache). `num_computed_tokens` counts tokens whose KV is in the cache; the
+scheduler feeds the rest (a prefill chunk, or the last sampled token) in the next step.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+
+import numpy as np
+
+from jaxstack.serving._src.llm.detokenizer import Detokenizer
+from jaxstack.serving._src.llm.outputs import CompletionOutput
+from jaxstack.serving._src.llm.sampling_params import SamplingParams
+
+
+class Status(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+def derived_seed(seed: int, index: int) -> int:
+    """Sample `index` of a seeded request gets its own reproducible seed."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+
+
+class Sequence:
+    def __init__(
+        self,
+        request_id: str,
+        index: int,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        *,
+        seed: int,
+        max_tokens: int,
+        eos_token_id: int | None,
+        detokenizer: Detokenizer | None,
+    ):
+        self.request_id = request_id
+        self.index = index
+        self.seq_id = f"{request_id}-{index}"
+        self.prompt_token_ids = list(prompt_token_ids)
+        self.params = params
+        self.seed = seed
+        self.max_tokens = max_tokens
+        self.eos_token_id = eos_token_id
+        self.detokenizer = detokenizer
+        self.output = CompletionOutput(index=index)
+        if params.logprobs is not None:
+            self.output.top_logprobs = []
+        self.prompt_logprobs: list[dict[int, float] | None] | None = (
+            [None] if params.prompt_logprobs is not None else None
+        )
+        self.status = Status.WAITING
+        self.num_computed_tokens = 0
+        self.num_cached_tokens = 0
+        self.block_ids: list[int] = []
+        self.block_hashes: list[int] = []  # hashes of the full blocks of token_ids, in order
+        self.arrival_time = time.monotonic()
+        self.first_token_time: float | None = None
+
+    @property
+    def token_ids(self) -> list[int]:
+        return self.prompt_token_ids + self.output.token_ids
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.prompt_token_ids) + len(self.output.token_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+    def append_token(
+        self, token_id: int, logprob: float, top: dict[int, float] | None
+    ) -> tuple[str, str | None]:
+        """Record a sampled token; returns (new text, finish reason or None)."""
+        out = self.output
+        out.token_ids.append(token_id)
+        out.logprobs.append(logprob)
+        if out.top_logprobs is not None:
+            out.top_logprobs.append(top or {})
+        if self.first_token_time is None:
+            self.first_token_time = time.monotonic()
+        new_text, stop = "", None
+        if self.detokenizer is not None:
+            new_text, stop = self.detokenizer.add(out.token_ids)
+        if stop is not None:
+            self.finish("stop", stop)
+        elif token_id in self.params.stop_token_ids:
+            self.finish("stop", token_id)
+        elif token_id == self.eos_token_id and not self.params.ignore_eos:
+            self.finish("stop")
+        elif len(out.token_ids) >= self.max_tokens:
+            self.finish("length")
+        if self.finished and stop is None and self.detokenizer is not None:
+            new_text += self.detokenizer.flush()
+        if self.detokenizer is not None:
+            out.text = self.detokenizer.text
+        return new_text, out.finish_reason
+
+    def finish(self, reason: str, stop_reason: str | int | None = None) -> None:
+        self.output.finish_reason = reason
+        self.output.stop_reason = stop_reason
+        self.status = Status.FINISHED

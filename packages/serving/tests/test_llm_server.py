@@ -1,0 +1,306 @@
+"""The OpenAI-compatible server, driven by the official `openai` client over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import re
+import socket
+import threading
+import time
+
+import jax
+import numpy as np
+import openai
+import pytest
+import uvicorn
+from flax import nnx
+
+from jaxstack import datalib, nnlib
+from jaxstack.serving import EngineConfig, LLMEngine
+from jaxstack.serving._src.llm.async_engine import AsyncEngine
+from jaxstack.serving._src.llm.loading import DEFAULT_CHAT_TEMPLATE
+from jaxstack.serving._src.llm.openai_server import create_llm_app
+
+TOKENIZER = datalib.ByteTokenizer()
+KEY = "sk-test"
+MODEL = "tiny"
+
+
+class Server:
+    """An AsyncEngine + the OpenAI app under uvicorn on a free loopback port."""
+
+    def __init__(self, config, **engine_options):
+        self.model = nnlib.Transformer(config, rngs=nnx.Rngs(0))
+        config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, **engine_options)
+        self.engine = AsyncEngine(LLMEngine(self.model, TOKENIZER, config), max_waiting=64)
+        app = create_llm_app(
+            self.engine,
+            model_name=MODEL,
+            tokenizer=TOKENIZER,
+            chat_template=datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE),
+            api_key=KEY,
+            max_request_bytes=4096,
+        )
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        self.uvicorn = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        self.thread = threading.Thread(target=self.uvicorn.run, kwargs={"sockets": [sock]})
+        self.thread.start()
+        while not self.uvicorn.started:
+            time.sleep(0.01)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def client(self, **kw) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=KEY, max_retries=0, **kw)
+
+    def request(self, method: str, path: str, body=None, headers=None) -> tuple[int, dict]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=60)
+        data = body if isinstance(body, bytes | None) else json.dumps(body).encode()
+        conn.request(
+            method, path, body=data, headers={"Authorization": f"Bearer {KEY}", **(headers or {})}
+        )
+        response = conn.getresponse()
+        raw = response.read()
+        conn.close()
+        ctype = response.getheader("Content-Type", "")
+        return response.status, json.loads(raw) if "json" in ctype else raw.decode()
+
+    def metric(self, name: str, labels: str = "") -> float:
+        _, text = self.request("GET", "/metrics")
+        m = re.search(rf"^jaxstack_llm_{name}{re.escape(labels)} (\S+)$", text, re.M)
+        assert m, f"{name} not in /metrics"
+        return float(m.group(1))
+
+    def close(self) -> None:
+        self.uvicorn.should_exit = True
+        self.thread.join(60)
+
+
+@pytest.fixture(scope="module")
+def server(tiny_lm_config):
+    s = Server(tiny_lm_config)
+    yield s
+    s.close()
+
+
+def greedy(**kw):
+    return dict(temperature=0.0, extra_body={"ignore_eos": True}, **kw)
+
+
+def test_completions_match_the_offline_engine(server):
+    client = server.client()
+    out = client.completions.create(
+        model=MODEL, prompt=["hello", "world!"], max_tokens=8, **greedy()
+    )
+    ids = [TOKENIZER.encode(p) for p in ("hello", "world!")]
+    expected = [nnlib.generate(server.model, np.array([i]), 8)[0, len(i) :].tolist() for i in ids]
+    assert [c.text for c in out.choices] == [TOKENIZER.decode(e) for e in expected]
+    assert [c.finish_reason for c in out.choices] == ["length", "length"]
+    assert (out.usage.prompt_tokens, out.usage.completion_tokens) == (11, 16)
+
+
+def test_streamed_completion_equals_the_unstreamed_one_and_reports_usage(server):
+    client = server.client()
+    full = client.completions.create(model=MODEL, prompt="stream me", max_tokens=10, **greedy())
+    chunks = list(
+        client.completions.create(
+            model=MODEL,
+            prompt="stream me",
+            max_tokens=10,
+            stream=True,
+            stream_options={"include_usage": True},
+            **greedy(),
+        )
+    )
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == full.choices[0].text
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 10
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+
+
+def test_n_samples_and_logprobs(server):
+    client = server.client()
+    out = client.completions.create(
+        model=MODEL,
+        prompt="abc",
+        max_tokens=6,
+        n=3,
+        seed=5,
+        temperature=1.0,
+        logprobs=2,
+        extra_body={"ignore_eos": True},
+    )
+    assert [c.index for c in out.choices] == [0, 1, 2]
+    assert len({c.text for c in out.choices}) == 3
+    for c in out.choices:
+        assert len(c.logprobs.token_logprobs) == 6 and len(c.logprobs.top_logprobs) == 6
+        assert all(
+            len(top) <= 2 and lp <= 0
+            for top, lp in zip(c.logprobs.top_logprobs, c.logprobs.token_logprobs, strict=True)
+        )
+
+
+def test_echo_with_zero_max_tokens_scores_the_prompt(server):
+    client = server.client()
+    prompt = "the cat sat on the mat"
+    out = client.completions.create(
+        model=MODEL, prompt=prompt, max_tokens=0, echo=True, logprobs=1, temperature=0.0
+    )
+    lp = out.choices[0].logprobs
+    ids = TOKENIZER.encode(prompt)
+    apply, params = nnlib.as_function(server.model)
+    logits, _ = jax.jit(apply)(params, np.array([ids]), np.arange(len(ids))[None])
+    ref = np.asarray(jax.nn.log_softmax(logits[0], axis=-1))
+    assert out.choices[0].text == prompt and lp.tokens == list(prompt)
+    assert lp.token_logprobs[0] is None
+    np.testing.assert_allclose(
+        lp.token_logprobs[1:], ref[np.arange(len(ids) - 1), ids[1:]], atol=2e-4
+    )
+
+
+def test_chat_streaming_and_not(server):
+    client = server.client()
+    messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+    full = client.chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=8, logprobs=True, top_logprobs=2, **greedy()
+    )
+    prompt = TOKENIZER.encode(
+        datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE).render(messages, add_generation_prompt=True)
+    )
+    expected = nnlib.generate(server.model, np.array([prompt]), 8)[0, len(prompt) :].tolist()
+    assert full.choices[0].message.content == TOKENIZER.decode(expected)
+    assert full.choices[0].message.role == "assistant"
+    assert len(full.choices[0].logprobs.content) == 8
+    assert full.usage.prompt_tokens == len(prompt)
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        max_tokens=8,
+        stream=True,
+        stream_options={"include_usage": True},
+        **greedy(),
+    )
+    chunks = list(stream)
+    assert chunks[0].choices[0].delta.role == "assistant"
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == full.choices[0].message.content
+    assert chunks[-1].usage.completion_tokens == 8
+
+
+def test_64_concurrent_streams_complete_and_free_every_block(server):
+    async def one(client, i: int) -> tuple[int, int]:
+        stream = await client.completions.create(
+            model=MODEL,
+            prompt=f"request number {i}: ",
+            max_tokens=4 + i % 13,
+            stream=True,
+            stream_options={"include_usage": True},
+            **greedy(),
+        )
+        usage = None
+        async for chunk in stream:
+            usage = chunk.usage or usage
+        return usage.completion_tokens, 4 + i % 13
+
+    async def all_of_them():
+        client = openai.AsyncOpenAI(
+            base_url=server.url + "/v1", api_key=KEY, max_retries=0, timeout=600
+        )
+        return await asyncio.gather(*(one(client, i) for i in range(64)))
+
+    results = asyncio.run(all_of_them())
+    assert [got for got, _ in results] == [want for _, want in results]
+    assert server.metric("kv_blocks_used") == 0
+    assert server.metric("num_requests_running") == 0
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_blocks(server):
+    aborted = server.metric("request_success_total", '{finish_reason="abort"}')
+    stream = server.client().completions.create(
+        model=MODEL, prompt="long story", max_tokens=140, stream=True, **greedy()
+    )
+    for i, _ in enumerate(stream):
+        if i == 2:
+            break
+    stream.close()
+    deadline = time.time() + 60
+    while server.metric("kv_blocks_used") and time.time() < deadline:
+        time.sleep(0.05)
+    assert server.metric("kv_blocks_used") == 0
+    assert server.metric("request_success_total", '{finish_reason="abort"}') == aborted + 1
+
+
+def test_shared_system_prompt_hits_the_prefix_cache(server):
+    client = server.client()
+    system = {"role": "system", "content": "You are a terse assistant who answers in one line."}
+    template = datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
+    rendered = [
+        template.render([system, {"role": "user", "content": q}], add_generation_prompt=True)
+        for q in ("What is JAX?", "Who made XLA?")
+    ]
+    shared = next(i for i, (a, b) in enumerate(zip(*rendered, strict=False)) if a != b)
+    hits = []
+    for question in ("What is JAX?", "Who made XLA?"):
+        messages = [system, {"role": "user", "content": question}]
+        client.chat.completions.create(model=MODEL, messages=messages, max_tokens=2, **greedy())
+        hits.append(server.metric("prefix_cache_hits_total"))
+    # The second request reuses every full 16-token block of the shared rendered prefix.
+    assert hits[1] - hits[0] == shared // 16 * 16 > 0
+    assert server.metric("prefix_cache_hit_rate") > 0
+
+
+def test_models_tokenize_detokenize_health(server):
+    assert [m.id for m in server.client().models.list().data] == [MODEL]
+    status, doc = server.request("POST", "/tokenize", {"prompt": "héllo"})
+    assert status == 200 and doc["tokens"] == TOKENIZER.encode("héllo") and doc["count"] == 6
+    status, doc = server.request("POST", "/detokenize", {"tokens": doc["tokens"]})
+    assert (status, doc["prompt"]) == (200, "héllo")
+    assert server.request("GET", "/health") == (200, {"status": "ok"})
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        ({"model": "gpt-4", "prompt": "x"}, "model", "not served"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, "max_tokens", "must be int"),
+        ({"model": MODEL, "prompt": "x", "max_tokens": 500}, None, "max_model_len"),
+        ({"model": MODEL, "prompt": "y" * 200}, None, "shorten the prompt"),
+        ({"model": MODEL, "prompt": "x", "temperature": -1}, "temperature", ">= 0"),
+        ({"model": MODEL, "prompt": 3}, "prompt", "'prompt' must be"),
+    ],
+)
+def test_bad_requests_get_openai_errors(server, body, param, needle):
+    status, doc = server.request("POST", "/v1/completions", body)
+    assert status == 400
+    assert doc["error"]["type"] == "invalid_request_error" and doc["error"]["param"] == param
+    assert needle in doc["error"]["message"]
+
+
+def test_key_route_size_and_queue_limits(server):
+    status, doc = server.request("GET", "/v1/models", headers={"Authorization": "Bearer wrong"})
+    assert status == 401 and doc["error"]["type"] == "authentication_error"
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=server.url + "/v1", api_key="nope", max_retries=0).models.list()
+    status, doc = server.request("GET", "/v1/nothing")
+    assert status == 404 and doc["error"]["type"] == "not_found_error"
+    # Chunked upload, no Content-Length: the limit is enforced while reading.
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.putrequest("POST", "/v1/completions")
+    conn.putheader("Authorization", f"Bearer {KEY}")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    for _ in range(10):
+        conn.send(b"400\r\n" + b" " * 0x400 + b"\r\n")
+    conn.send(b"0\r\n\r\n")
+    response = conn.getresponse()
+    assert response.status == 413 and "limit" in json.loads(response.read())["error"]["message"]
+    conn.close()
+    server.engine.max_waiting = 0
+    try:
+        with pytest.raises(openai.RateLimitError):
+            server.client().completions.create(model=MODEL, prompt="x", max_tokens=1)
+    finally:
+        server.engine.max_waiting = 64
