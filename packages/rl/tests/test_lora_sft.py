@@ -4,6 +4,7 @@ import re
 
 import jax
 import numpy as np
+import pytest
 from flax import nnx
 
 from jaxstack import datalib, nnlib, rl
@@ -97,3 +98,30 @@ def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, write_jsonl):
         for k, _ in jax.tree_util.tree_leaves_with_path(leaves)
     ]
     assert names and all("/lora/" in n for n in names)
+
+
+def test_qlora_sft_trains_adapters_over_an_nf4_base(tmp_path, tiny, write_jsonl):
+    records = [{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(20)]
+    path = write_jsonl(tmp_path / "pc.jsonl", records)
+    config = rl.load_config(
+        "sft",
+        None,
+        [
+            *tiny,
+            f"data.path={path}",
+            "data.seq_len=32",
+            "data.batch_size=4",
+            "train.steps=4",
+            "optim.lr=3e-2",
+            "lora.rank=4",
+            "lora.quantize=nf4",
+            "lora.quantize_tile=16",
+            f"log.run_dir={tmp_path / 'run'}",
+        ],
+    )
+    result = rl.sft(config)
+    assert result.summary["final_loss"] < result.summary["first_loss"]
+    adapters = tmp_path / "run" / "adapters.safetensors"
+    assert adapters.is_file() and not (tmp_path / "run" / "model").exists()
+    with pytest.raises(rl.ConfigError, match="QLoRA"):
+        rl.load_config("grpo", None, ["lora.rank=4", "lora.quantize=nf4"])

@@ -50,6 +50,10 @@ class LoraSection:
     alpha: float | None = None  # default: rank (scale 1)
     pattern: str = r"(attn/(q|k|v|o)_proj|mlp/(gate|up|down)_proj)$"
     dropout: float = 0.0
+    # QLoRA: store the frozen base weights quantised (quantlib qtype, e.g. "nf4", "int4",
+    # "int8"; the output head stays float); None = full-precision base. Needs the `qlora` extra.
+    quantize: str | None = None
+    quantize_tile: int = 64  # quantisation block size along the input features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,3 +259,11 @@ def _check_values(config: RLConfig) -> None:
         )
     if config.init.checkpoint and config.init.hf:
         raise ConfigError("init.checkpoint and init.hf are both set; keep one")
+    if config.lora.quantize is not None:
+        if config.lora.rank == 0:
+            raise ConfigError("lora.quantize (QLoRA) needs adapters: set lora.rank > 0")
+        if config.algorithm in ("grpo", "ppo"):
+            raise ConfigError(
+                f"lora.quantize (QLoRA) is for sft, dpo and orpo; {config.algorithm}'s rollout "
+                "engine serves float weights, so use lora.quantize=null"
+            )

@@ -89,6 +89,7 @@ class Policy:
     apply: Any
     params: Any
     lora: bool
+    quantized: bool = False
 
     def served_params(self, params: Any) -> Any:
         """Weights for an engine serving the model without adapters (LoRA merged in)."""
@@ -112,6 +113,24 @@ class Policy:
         return model
 
 
+def quantized_base(model: nnx.Module, qtype: str, tile: int) -> nnx.Module:
+    """QLoRA's frozen base: every projection but the output head stored as `qtype`."""
+    try:
+        from jaxstack import quantlib
+    except ImportError:
+        raise ConfigError(
+            "lora.quantize (QLoRA) needs jaxstack-quantlib: pip install 'jaxstack-rl[qlora]'"
+        ) from None
+    rules = [
+        quantlib.QuantRule(r"lm_head", weight_qtype=None),
+        quantlib.QuantRule(r".*", weight_qtype=qtype, tile_size=tile),
+    ]
+    try:
+        return quantlib.quantize(model, quantlib.PtqProvider(rules))
+    except quantlib.Error as e:
+        raise ConfigError(f"lora.quantize={qtype!r}: {e}") from None
+
+
 def build_policy(config: RLConfig) -> Policy:
     """Tokenizer, model with the `init` weights, LoRA adapters when `lora.rank > 0`."""
     from jaxstack import nnlib
@@ -124,6 +143,8 @@ def build_policy(config: RLConfig) -> Policy:
             f"({tokenizer.vocab_size})"
         )
     lora = config.lora.rank > 0
+    if config.lora.quantize is not None:
+        model = quantized_base(model, config.lora.quantize, config.lora.quantize_tile)
     if lora:
         adapted = nnlib.apply_lora(
             model,
@@ -136,4 +157,4 @@ def build_policy(config: RLConfig) -> Policy:
         if not adapted:
             raise ConfigError(f"lora.pattern={config.lora.pattern!r} matches no Dense layer")
     apply, params = nnlib.as_function(model, wrt=nnx.LoRAParam if lora else nnx.Param)
-    return Policy(model, tokenizer, apply, params, lora)
+    return Policy(model, tokenizer, apply, params, lora, config.lora.quantize is not None)

@@ -73,12 +73,17 @@ def sft(config: RLConfig) -> RunResult:
 
 def export_model(policy: Any, params: Any, run: Run) -> None:
     """The trained model, adapters merged, as an HF folder `run_dir/model` (`init.hf` of a
-    following stage, or `LLM(run_dir/model)`)."""
+    following stage, or `LLM(run_dir/model)`). Over a quantised (QLoRA) base only the adapters
+    are written, to `run_dir/adapters.safetensors` (`nnlib.load_lora` onto the same base)."""
     from flax import nnx
 
     from jaxstack import nnlib
 
     model = nnx.clone(policy.model)
     nnx.update(model, params)
+    if policy.quantized:
+        nnlib.save_lora(model, run.dir / "adapters.safetensors")
+        run.log.info(f"adapters: {run.dir / 'adapters.safetensors'}")
+        return
     path = nnlib.save_hf_checkpoint(model, run.dir / "model")
     run.log.info(f"model: {path}")
