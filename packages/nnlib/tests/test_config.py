@@ -77,3 +77,41 @@ def test_from_hf_config_reads_transformers5_rope_parameters():
     d["rope_parameters"] = {**scaling, "rope_theta": d.pop("rope_theta")}
     c = nnlib.ModelConfig.from_hf_config(d)
     assert c.rope_theta == 500000.0 and c.rope_scaling["rope_type"] == "llama3"
+
+
+def test_qwen3_sliding_window_layers_follow_max_window_layers():
+    # A transformers 4.x config.json: no layer_types, the rule is max_window_layers.
+    d = nnlib.get_preset("tiny-qwen3").replace(num_layers=3).to_hf_config()
+    d.update(use_sliding_window=True, sliding_window=16, max_window_layers=1)
+    c = nnlib.ModelConfig.from_hf_config(d)
+    assert c.layer_windows() == (None, 16, 16)
+    assert nnlib.ModelConfig.from_hf_config(c.to_hf_config()) == c
+    d["use_sliding_window"] = False  # Qwen then ignores sliding_window
+    assert nnlib.ModelConfig.from_hf_config(d).layer_windows() == (None, None, None)
+
+
+def test_qwen3_moe_sliding_window_applies_to_every_layer():
+    d = nnlib.get_preset("tiny-qwen3").to_hf_config()
+    d.update(model_type="qwen3_moe", num_experts=4, num_experts_per_tok=2,
+             moe_intermediate_size=32, use_sliding_window=True, sliding_window=16,
+             max_window_layers=1)  # fmt: skip
+    c = nnlib.ModelConfig.from_hf_config(d)
+    assert set(c.layer_windows()) == {16}
+    assert nnlib.ModelConfig.from_hf_config(c.to_hf_config()) == c
+
+
+def test_hf_attention_bias_means_an_o_proj_bias_too():
+    d = nnlib.get_preset("tiny-llama").to_hf_config()
+    d["attention_bias"] = True
+    with pytest.raises(nnlib.ConfigError, match=r"attention_bias=true.*o_proj"):
+        nnlib.ModelConfig.from_hf_config(d)
+
+
+def test_hf_export_writes_qkv_bias_only_where_the_family_has_it():
+    qwen2 = nnlib.get_preset("tiny-qwen2").to_hf_config()
+    assert qwen2["model_type"] == "qwen2" and "attention_bias" not in qwen2
+    assert nnlib.get_preset("tiny-llama").to_hf_config()["attention_bias"] is False
+    with pytest.raises(nnlib.ConfigError, match=r"qkv_bias=True.*qwen2"):
+        nnlib.get_preset("tiny-llama").replace(qkv_bias=True).to_hf_config()
+    with pytest.raises(nnlib.ConfigError, match=r"qwen2.*qkv_bias=False"):
+        nnlib.get_preset("tiny-qwen2").replace(qkv_bias=False).to_hf_config()

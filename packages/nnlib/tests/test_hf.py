@@ -104,3 +104,13 @@ def test_bfloat16_checkpoint_loads(tmp_path):
         np.asarray(w), np.asarray(nnx.state(model, nnx.Param)["embed"][...])
     )
     assert jax.tree.leaves(nnx.state(again, nnx.Param))
+
+
+@pytest.mark.parametrize("fixture", ["qwen3-sliding", "qwen3_moe-sliding"])
+def test_qwen_sliding_window_logits_match_hf_transformers(fixture):
+    # Ten tokens over a window of 4: every position past the window depends on the rule.
+    tokens, positions, want = io(fixture)
+    model = nnlib.load_hf_checkpoint(FIXTURES / fixture)
+    assert model.config.sliding_window == 4
+    got, _ = forward(model, tokens, positions)
+    assert max_diff(got, want) <= 1e-4

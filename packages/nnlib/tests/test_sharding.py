@@ -65,3 +65,11 @@ def test_scanned_params_really_shard_over_the_layer_axis():
     logits, _ = jax.jit(apply)(sharded, tokens, positions)
     ref, _ = jax.jit(apply)(params, tokens, positions)
     assert float(jnp.abs(logits - ref).max()) < 1e-5
+
+
+def test_logical_axes_and_specs_of_an_abstract_model_equal_the_concrete_ones():
+    abstract = nnx.eval_shape(lambda: make(scan_layers=True))
+    concrete = make(scan_layers=True)
+    assert nnlib.logical_axes(abstract) == nnlib.logical_axes(concrete)
+    abstract_specs = nnlib.partition_specs(nnx.state(abstract, nnx.Param), RULES)
+    assert abstract_specs == nnlib.partition_specs(nnx.state(concrete, nnx.Param), RULES)

@@ -4,7 +4,9 @@ Runs in a separate torch venv (not the workspace), e.g.:
 
     python3.11 -m venv /tmp/nnlib-torchvenv
     /tmp/nnlib-torchvenv/bin/pip install torch==2.13.0 transformers safetensors numpy
-    /tmp/nnlib-torchvenv/bin/python packages/nnlib/tools/make_hf_fixtures.py
+    /tmp/nnlib-torchvenv/bin/python packages/nnlib/tools/make_hf_fixtures.py [FAMILY ...]
+
+Named families (default: all) are rewritten; the others stay as they are.
 
 For every family it builds a tiny randomly initialised HF transformers model (weights redrawn
 with a large std so any mapping or formula error moves the logits far beyond the tolerance),
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+import sys
 
 import numpy as np
 import torch
@@ -80,6 +83,26 @@ FAMILIES = {
         transformers.MixtralForCausalLM,
         dict(SMALL, num_local_experts=4, **MOE),
     ),
+    # Qwen's sliding-window rule: layers from max_window_layers on slide (qwen3); every layer
+    # slides (qwen3_moe). Ten tokens over a window of 4 make the window change the logits.
+    "qwen3-sliding": (
+        transformers.Qwen3Config,
+        transformers.Qwen3ForCausalLM,
+        dict(SMALL, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+    ),
+    "qwen3_moe-sliding": (
+        transformers.Qwen3MoeConfig,
+        transformers.Qwen3MoeForCausalLM,
+        dict(
+            SMALL,
+            num_experts=4,
+            moe_intermediate_size=32,
+            norm_topk_prob=True,
+            use_sliding_window=True,
+            sliding_window=4,
+            **MOE,
+        ),
+    ),
     "qwen3_moe": (
         transformers.Qwen3MoeConfig,
         transformers.Qwen3MoeForCausalLM,
@@ -96,11 +119,12 @@ FAMILIES = {
 }
 
 
-def main() -> None:
+def main(names: list[str]) -> None:
     torch.manual_seed(0)
-    shutil.rmtree(OUT, ignore_errors=True)
     tokens = np.random.default_rng(0).integers(0, SMALL["vocab_size"], (2, 10)).astype(np.int64)
-    for name, (config_cls, model_cls, kw) in FAMILIES.items():
+    for name in names:
+        config_cls, model_cls, kw = FAMILIES[name]
+        shutil.rmtree(OUT / name, ignore_errors=True)
         config = config_cls(**kw)
         config._attn_implementation = "eager"
         model = model_cls(config).eval()
@@ -119,6 +143,7 @@ def main() -> None:
         )
         if name == "llama":
             sharded = OUT / "llama-sharded"
+            shutil.rmtree(sharded, ignore_errors=True)
             model.save_pretrained(sharded, safe_serialization=True, max_shard_size="8KB")
             (sharded / "generation_config.json").unlink(missing_ok=True)
         print(name, "max |logit|", float(np.abs(logits).max()))
@@ -130,4 +155,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:] or list(FAMILIES))

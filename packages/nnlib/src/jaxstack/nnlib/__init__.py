@@ -39,6 +39,7 @@ from jaxstack.nnlib._src.lora_module import LoRA
 from jaxstack.nnlib._src.mlp import GatedMLP
 from jaxstack.nnlib._src.moe import MoE
 from jaxstack.nnlib._src.norm import RMSNorm
+from jaxstack.nnlib._src.paths import param_path
 from jaxstack.nnlib._src.presets import get_preset, list_presets
 from jaxstack.nnlib._src.rope import apply_rope, inverse_frequencies
 from jaxstack.nnlib._src.sharding import logical_axes, partition_specs
@@ -88,6 +89,7 @@ __all__ = [
     "logical_axes",
     "lora_state",
     "merge_lora",
+    "param_path",
     "partition_specs",
     "replace_module",
     "save_hf_checkpoint",

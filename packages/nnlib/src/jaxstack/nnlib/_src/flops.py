@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from jaxstack.nnlib._src.attention_fn import SPLIT_MIN_LEN
 from jaxstack.nnlib._src.config import ModelConfig
 
 
@@ -16,11 +17,14 @@ def matmul_params_per_token(config: ModelConfig) -> int:
 
 
 def training_flops_per_token(config: ModelConfig, seq_len: int) -> float:
-    """Forward + backward FLOPs per token: 6N + 12 * layers * seq_len * heads * head_dim.
+    """Forward + backward FLOPs per token: 6N + 12 * layers * keys * heads * head_dim.
 
-    The attention term counts the full [T, T] score and value matmuls, which is what the
-    default (masked, non-flash) attention computes; a causal flash kernel does about half.
+    The attention term counts the score and value matmuls the default (masked, non-flash)
+    attention computes: the full [T, T] square, or 3/4 of it from `SPLIT_MIN_LEN` on (even T),
+    where the first half of the queries meets only the first half of the keys. A causal flash
+    kernel does about half the square.
     """
     c = config
-    attention = 12 * c.num_layers * seq_len * c.num_heads * c.head_dim
+    keys = seq_len * 3 / 4 if seq_len >= SPLIT_MIN_LEN and seq_len % 2 == 0 else seq_len
+    attention = 12 * c.num_layers * keys * c.num_heads * c.head_dim
     return float(6 * matmul_params_per_token(c) + attention)

@@ -46,6 +46,22 @@ def _rope(d: Mapping[str, Any]) -> tuple[float, dict | None]:
     }
 
 
+def _qwen3_sliding_window(d: Mapping[str, Any], family: str, num_layers: int) -> dict[str, Any]:
+    """Qwen's rule (transformers' Qwen3Config/Qwen3MoeConfig): a window only with
+    `use_sliding_window`; qwen3 slides in layers `max_window_layers` and up (or as
+    `layer_types` says), qwen3_moe in every layer."""
+    window = d.get("sliding_window") if d.get("use_sliding_window") else None
+    if window is None:
+        return {}
+    if family == "qwen3_moe":
+        return {"sliding_window": window}
+    first = d.get("max_window_layers", 28)
+    types = d.get("layer_types") or [
+        "sliding_attention" if i >= first else "full_attention" for i in range(num_layers)
+    ]
+    return {"sliding_window": window, "layer_types": tuple(types)}
+
+
 def config_from_hf(cls, d: Mapping[str, Any], overrides: Mapping[str, Any]):
     family = d.get("model_type")
     if family not in _ARCHITECTURES:
@@ -78,12 +94,21 @@ def config_from_hf(cls, d: Mapping[str, Any], overrides: Mapping[str, Any]):
     if act not in _ACTIVATIONS:
         raise ConfigError(f"activation {act!r} is not supported; supported: {sorted(_ACTIVATIONS)}")
     kw["activation"] = _ACTIVATIONS[act]
-    kw["qkv_bias"] = family == "qwen2" or bool(d.get("attention_bias", False))
+    if d.get("attention_bias"):
+        # In HF llama-style attention the flag adds a bias to q, k, v AND o_proj.
+        raise ConfigError(
+            f"attention_bias=true ({family}) means biases on q/k/v and on o_proj; nnlib's "
+            "attention has no o_proj bias, so this checkpoint cannot be loaded (q/k/v-only "
+            "biases are model_type qwen2)"
+        )
+    kw["qkv_bias"] = family == "qwen2"
     kw["qk_norm"] = family in ("qwen3", "qwen3_moe")
     if family == "qwen2":
         window = d.get("sliding_window") if d.get("use_sliding_window") else None
         if window is not None:
             raise ConfigError("qwen2 use_sliding_window=true (max_window_layers) is not supported")
+    elif family in ("qwen3", "qwen3_moe"):
+        kw.update(_qwen3_sliding_window(d, family, kw["num_layers"]))
     elif family in ("mistral", "mixtral", "gemma2"):
         kw["sliding_window"] = d.get("sliding_window")
     if family == "gemma2":
@@ -141,12 +166,13 @@ def config_to_hf(config) -> dict[str, Any]:
     }
     act = {"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[c.activation]
     d["hidden_activation" if c.family.startswith("gemma") else "hidden_act"] = act
-    if c.family not in ("qwen2",):
-        d["attention_bias"] = c.qkv_bias
+    d.update(_hf_attention_bias(c))
     if c.sliding_window is not None:
         d["sliding_window"] = c.sliding_window
     if c.layer_types is not None:
         d["layer_types"] = list(c.layer_types)
+    if c.family in ("qwen3", "qwen3_moe"):
+        d.update(_hf_qwen3_sliding_window(c))
     if c.family == "gemma2":
         d.update(
             attn_logit_softcapping=c.attn_logit_soft_cap,
@@ -165,3 +191,34 @@ def config_to_hf(config) -> dict[str, Any]:
             mlp_only_layers=[],
         )
     return d
+
+
+def _hf_attention_bias(c) -> dict[str, Any]:
+    """HF qwen2 always has q/k/v biases (no key); elsewhere `attention_bias` also means o_proj."""
+    if c.family == "qwen2":
+        if not c.qkv_bias:
+            raise ConfigError(
+                "an HF qwen2 config always has q/k/v biases; this qwen2 model has qkv_bias=False, "
+                "so it has no HF form (use family llama or qwen3)"
+            )
+        return {}
+    if c.qkv_bias:
+        raise ConfigError(
+            f"qkv_bias=True has no HF {c.family} config: attention_bias=true would also add an "
+            "o_proj bias; q/k/v-only biases are family qwen2"
+        )
+    return {"attention_bias": False}
+
+
+def _hf_qwen3_sliding_window(c) -> dict[str, Any]:
+    if c.sliding_window is None:
+        return {"use_sliding_window": False}
+    if c.family == "qwen3_moe":
+        if c.layer_types is not None and set(c.layer_types) != {"sliding_attention"}:
+            raise ConfigError("qwen3_moe slides in every layer in HF; layer_types cannot differ")
+        return {"use_sliding_window": True}
+    types = c.layer_types or ("sliding_attention",) * c.num_layers
+    full = [t == "full_attention" for t in types]
+    # max_window_layers for transformers 4.x readers; layer_types states it exactly for 5.x.
+    first = full.index(False) if False in full else c.num_layers
+    return {"use_sliding_window": True, "max_window_layers": first, "layer_types": list(types)}

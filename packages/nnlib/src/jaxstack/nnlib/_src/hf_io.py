@@ -13,6 +13,7 @@ import os
 import pathlib
 import re
 import shutil
+import tempfile
 from typing import Any
 
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ from jaxstack.nnlib._src.errors import CheckpointMismatchError, Error
 from jaxstack.nnlib._src.hf_config import config_to_hf
 from jaxstack.nnlib._src.hf_names import TensorMap, tensor_maps
 from jaxstack.nnlib._src.paths import iter_variables
-from jaxstack.nnlib._src.safetensors_io import SafetensorsFile, save_file
+from jaxstack.nnlib._src.safetensors_io import open_safetensors, save_safetensors
 
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 _LAYER = re.compile(r"^layers/(\d+)/(.*)$")
@@ -50,18 +51,20 @@ class _Checkpoint:
             index = path
         if index is not None:
             weight_map = json.loads(index.read_text())["weight_map"]
-            files = {f: SafetensorsFile(index.parent / f) for f in sorted(set(weight_map.values()))}
+            files = {
+                f: open_safetensors(index.parent / f) for f in sorted(set(weight_map.values()))
+            }
             self.where = {name: files[f] for name, f in weight_map.items()}
         else:
-            f = SafetensorsFile(path)
+            f = open_safetensors(path)
             self.where = dict.fromkeys(f.keys(), f)
         self.source = str(path)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        return {name: f.shape(name) for name, f in self.where.items()}
+        return {name: tuple(f.get_slice(name).get_shape()) for name, f in self.where.items()}
 
     def get(self, name: str) -> np.ndarray:
-        return self.where[name].get(name)
+        return self.where[name].get_tensor(name)
 
 
 def check_checkpoint(
@@ -154,21 +157,34 @@ def save_hf_checkpoint(
 ) -> pathlib.Path:
     """Write config.json and model.safetensors (or shards + index.json) in the HF layout.
 
-    LoRA adapters are merged into the exported weights. The folder is written under a
+    LoRA adapters are merged into the exported weights. The folder is written under a unique
     temporary name and renamed, so a crash never leaves a half checkpoint behind.
     """
     config: ModelConfig = model.config
+    hf_config = config_to_hf(config)  # refuses configs HF cannot express before writing
     directory = pathlib.Path(directory)
-    tmp = directory.with_name(directory.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    tmp = pathlib.Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
+    try:
+        _write_tensors(model, tmp, max_shard_bytes)
+        (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(tmp, directory)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return directory
+
+
+def _write_tensors(model: nnx.Module, folder: pathlib.Path, max_shard_bytes: int | None) -> None:
+    """model.safetensors, or shards of at most `max_shard_bytes` and their index.json."""
+    config: ModelConfig = model.config
     arrays = _param_arrays(model)
     stacked = {p for p in arrays if config.scan_layers and p.startswith("layers/")}
-    maps = tensor_maps(config)
     itemsize = np.dtype(jnp.dtype(config.param_dtype)).itemsize
     shards: list[list[TensorMap]] = [[]]
     size = 0
-    for m in maps:
+    for m in tensor_maps(config):
         nbytes = sum(int(np.prod(s)) for s in m.hf_shapes) * itemsize
         if max_shard_bytes and shards[-1] and size + nbytes > max_shard_bytes:
             shards.append([])
@@ -176,27 +192,23 @@ def save_hf_checkpoint(
         shards[-1].append(m)
         size += nbytes
 
-    def tensors(group):
+    def tensors(group: list[TensorMap]) -> dict[str, np.ndarray]:
+        out = {}
         for m in group:
             target, slot = _target(m.path, stacked)
             array = np.asarray(arrays[target] if slot is None else arrays[target][slot])
-            yield from zip(m.hf_names, m.to_hf(array), strict=True)
+            out.update(zip(m.hf_names, m.to_hf(array), strict=True))
+        return out
 
     if len(shards) == 1:
-        save_file(tensors(shards[0]), tmp / "model.safetensors")
-    else:
-        weight_map, total = {}, 0
-        for i, group in enumerate(shards):
-            name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
-            items = list(tensors(group))
-            save_file(items, tmp / name)
-            for n, t in items:
-                weight_map[n] = name
-                total += t.nbytes
-        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-        (tmp / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
-    (tmp / "config.json").write_text(json.dumps(config_to_hf(config), indent=2))
-    if directory.exists():
-        shutil.rmtree(directory)
-    os.replace(tmp, directory)
-    return directory
+        save_safetensors(tensors(shards[0]), folder / "model.safetensors")
+        return
+    weight_map, total = {}, 0
+    for i, group in enumerate(shards):
+        name = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+        shard = tensors(group)
+        save_safetensors(shard, folder / name)
+        weight_map.update(dict.fromkeys(shard, name))
+        total += sum(t.nbytes for t in shard.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))

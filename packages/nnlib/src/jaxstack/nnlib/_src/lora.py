@@ -23,7 +23,7 @@ from jaxstack.nnlib._src.dense import Dense
 from jaxstack.nnlib._src.errors import SurgeryError
 from jaxstack.nnlib._src.lora_module import LoRA
 from jaxstack.nnlib._src.paths import iter_variables
-from jaxstack.nnlib._src.safetensors_io import SafetensorsFile, save_file
+from jaxstack.nnlib._src.safetensors_io import open_safetensors, save_safetensors
 from jaxstack.nnlib._src.surgery import Frozen, _matching, iter_modules
 
 WEIGHTS = nnx.All(nnx.Any(nnx.Param, Frozen), nnx.Not(nnx.LoRAParam))
@@ -107,15 +107,15 @@ def save_lora(model: nnx.Module, path: str | os.PathLike) -> None:
         p: {"rank": d.lora.rank, "alpha": d.lora.alpha, "dropout": d.lora.rate} for p, d in adapted
     }
     tensors = {p: np.asarray(v[...]) for p, v in iter_variables(lora_state(model))}
-    save_file(
+    save_safetensors(
         tensors, path, metadata={"format": "jaxstack-nnlib-lora", "adapters": json.dumps(spec)}
     )
 
 
 def load_lora(model: nnx.Module, path: str | os.PathLike) -> list[str]:
     """Attach (if needed) and fill the adapters saved by `save_lora`; returns adapted paths."""
-    f = SafetensorsFile(path)
-    spec = json.loads(f.metadata.get("adapters", "{}"))
+    f = open_safetensors(path)
+    spec = json.loads((f.metadata() or {}).get("adapters", "{}"))
     if not spec:
         raise SurgeryError(f"{path} holds no jaxstack-nnlib LoRA adapters")
     for module_path, s in spec.items():
@@ -131,10 +131,11 @@ def load_lora(model: nnx.Module, path: str | os.PathLike) -> list[str]:
                 dropout=s["dropout"],
             )
     state = lora_state(model)
+    stored = set(f.keys())
     for p, var in iter_variables(state):
-        if p not in f.header:
+        if p not in stored:
             raise SurgeryError(f"{path} lacks adapter tensor {p!r}")
-        value = f.get(p)
+        value = f.get_tensor(p)
         if value.shape != var.shape:
             raise SurgeryError(
                 f"adapter {p!r}: file shape {value.shape}, model expects {var.shape}"

@@ -15,18 +15,19 @@ from flax import nnx
 from jax.sharding import PartitionSpec
 
 from jaxstack.nnlib._src.errors import Error
-from jaxstack.nnlib._src.paths import is_variable, join_path
+from jaxstack.nnlib._src.paths import is_variable, param_path
 
 
 def _axes_of(path: str, var: nnx.Variable) -> tuple[str | None, ...]:
     meta = var.get_metadata()
     axes = tuple(meta.get("logical_axes") or ())
-    ndim = var[...].ndim
-    if len(axes) == ndim - 1:
+    # get_value(), not var[...]: under nnx.eval_shape the value is a ShapeDtypeStruct.
+    shape = var.get_value().shape
+    if len(axes) == len(shape) - 1:
         axes = ("layers", *axes)
-    if len(axes) != ndim:
+    if len(axes) != len(shape):
         raise Error(
-            f"param {path!r} has shape {var[...].shape} but logical_axes {axes}; "
+            f"param {path!r} has shape {shape} but logical_axes {axes}; "
             "create it with nnx.Param(value, logical_axes=(...)) naming every axis"
         )
     return axes
@@ -43,9 +44,9 @@ def logical_axes(model_or_state: Any) -> Any:
         if not is_variable(var):
             raise Error(
                 f"logical_axes needs the nnx.State of the model (Variables with metadata); "
-                f"got a plain leaf at {join_path(path)!r}"
+                f"got a plain leaf at {param_path(path)!r}"
             )
-        out.append(_axes_of(join_path(path), var))
+        out.append(_axes_of(param_path(path), var))
     return jax.tree_util.tree_unflatten(treedef, out)
 
 

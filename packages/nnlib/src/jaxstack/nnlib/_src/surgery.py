@@ -16,7 +16,7 @@ import jax
 from flax import nnx
 
 from jaxstack.nnlib._src.errors import SurgeryError
-from jaxstack.nnlib._src.paths import key_str
+from jaxstack.nnlib._src.paths import param_path
 
 
 class Frozen(nnx.Variable):
@@ -27,7 +27,7 @@ def iter_modules(model: nnx.Module) -> Iterator[tuple[str, nnx.Module]]:
     """(path, module) for every submodule (the root has path "")."""
     for path, node in nnx.iter_graph(model):
         if isinstance(node, nnx.Module):
-            yield "/".join(key_str(k) for k in path), node
+            yield param_path(path), node
 
 
 def _matching(model: nnx.Module, pattern: str, kind: type | None = None) -> list[tuple[str, Any]]:
