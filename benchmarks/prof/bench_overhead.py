@@ -6,10 +6,14 @@ Modes, interleaved round-robin so machine noise hits them alike:
   xprof_lite trace  inside xprof_lite.trace(...) with step annotations (Python tracer off)
   peer: jax.profiler.trace  jax.profiler.trace(...) with its defaults (XProf's own capture path)
 
-The step is a tiny MLP language-model-like step (embedding, 2 residual MLP blocks,
+The step is a small MLP language-model-like step (embedding, 2 residual MLP blocks,
 softmax cross-entropy, SGD) written with plain jax: xprof-lite must not import other jaxstack
-packages. Per-step times are steady-state medians inside each capture; starting a trace and
-writing it out is timed separately ("capture cost").
+packages. It runs at two sizes with the same ops (so the same number of traced events per
+step): a ~1 ms step and a ~50 ms step, because tracing costs about a fixed time per event and
+its relative overhead therefore falls as the step grows. Per-step times are steady-state
+medians inside each capture; starting a trace and writing it out is timed separately
+("capture cost"). Run conditions (CPU, load before/during/after, versions) come from
+benchmarks/conditions.py.
 
     .venv/bin/python benchmarks/prof/bench_overhead.py            # writes results.md/json here
 """
@@ -19,11 +23,11 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
-import platform
 import statistics
+import sys
 import tempfile
 import time
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import jax
@@ -32,17 +36,46 @@ import jax.numpy as jnp
 from jaxstack import xprof_lite
 
 HERE = Path(__file__).parent
-VOCAB, D, HIDDEN, LAYERS, BATCH, SEQ = 512, 128, 512, 2, 8, 32
+sys.path.insert(0, str(HERE.parent))
+from conditions import conditions_markdown, measure_conditions  # noqa: E402
+
+LAYERS = 2
 
 
-def init(key):
+@dataclass(frozen=True)
+class Size:
+    """One step size: the same ops (and traced events) at different widths."""
+
+    name: str
+    vocab: int
+    d: int
+    hidden: int
+    batch: int
+    seq: int
+
+    def describe(self) -> str:
+        return (
+            f"embed {self.vocab}x{self.d}, {LAYERS} residual MLP blocks "
+            f"{self.d}->{self.hidden}->{self.d}, batch {self.batch}x{self.seq}, f32, SGD"
+        )
+
+
+SIZES = {
+    # ~1 ms and ~50 ms of wall time per step on a shared 2-core CPU (the table says what ran).
+    "small": Size("small", vocab=256, d=64, hidden=256, batch=4, seq=16),
+    "large": Size("large", vocab=1024, d=256, hidden=1024, batch=8, seq=32),
+}
+
+
+def init(key, size: Size):
     keys = jax.random.split(key, 2 * LAYERS + 1)
-    params = {"embed": jax.random.normal(keys[0], (VOCAB, D)) * 0.02, "blocks": []}
+    params = {"embed": jax.random.normal(keys[0], (size.vocab, size.d)) * 0.02, "blocks": []}
     for i in range(LAYERS):
         params["blocks"].append(
             {
-                "w_in": jax.random.normal(keys[2 * i + 1], (D, HIDDEN)) * D**-0.5,
-                "w_out": jax.random.normal(keys[2 * i + 2], (HIDDEN, D)) * HIDDEN**-0.5,
+                "w_in": jax.random.normal(keys[2 * i + 1], (size.d, size.hidden)) * size.d**-0.5,
+                "w_out": jax.random.normal(keys[2 * i + 2], (size.hidden, size.d))
+                * size.hidden**-0.5,
             }
         )
     return params
@@ -91,21 +124,15 @@ def off_cost_ns(window, n: int = 200_000) -> dict[str, float]:
     return costs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--out", type=Path, default=HERE)
-    args = parser.parse_args()
-
+def measure(size: Size, rounds: int, steps: int, tmp: Path) -> dict:
+    """Interleaved rounds of the four modes at one step size; one results row per mode."""
     key = jax.random.key(0)
-    params = init(key)
-    tokens = jax.random.randint(key, (BATCH, SEQ), 0, VOCAB)
+    params = init(key, size)
+    tokens = jax.random.randint(key, (size.batch, size.seq), 0, size.vocab)
     batch = (tokens, jnp.roll(tokens, -1, axis=1))
     no_wrap = lambda step: contextlib.nullcontext()
     params, _ = run_steps(params, batch, 5, no_wrap)  # compile and warm up
-    tmp = Path(tempfile.mkdtemp(prefix="xprof-bench-"))
-    window = xprof_lite.StepWindowProfiler(tmp / "off")  # no capture ever requested
+    window = xprof_lite.StepWindowProfiler(tmp / f"{size.d}-off")  # no capture ever requested
 
     step_times: dict[str, list[tuple[float, float]]] = {}
     capture_cost: dict[str, list[float]] = {}
@@ -113,26 +140,25 @@ def main() -> None:
     def traced(name, open_trace):
         nonlocal params
         start = time.perf_counter()
-        with open_trace(tmp / f"{name}-{len(capture_cost.get(name, []))}"):
+        with open_trace(tmp / f"{size.d}-{name}-{len(capture_cost.get(name, []))}"):
             opened = time.perf_counter()
-            params, times = run_steps(params, batch, args.steps, xprof_lite.step_annotation)
+            params, times = run_steps(params, batch, steps, xprof_lite.step_annotation)
             ran = time.perf_counter()
         closed = time.perf_counter()
         capture_cost.setdefault(name, []).append((opened - start) + (closed - ran))
         return times
 
     modes = {
-        "baseline": lambda: run_steps(params, batch, args.steps, no_wrap)[1],
-        "xprof_lite off": lambda: run_steps(params, batch, args.steps, window.step)[1],
+        "baseline": lambda: run_steps(params, batch, steps, no_wrap)[1],
+        "xprof_lite off": lambda: run_steps(params, batch, steps, window.step)[1],
         "xprof_lite trace": lambda: traced("xprof_lite trace", xprof_lite.trace),
         "peer: jax.profiler.trace": lambda: traced("peer: jax.profiler.trace", jax.profiler.trace),
     }
-    for _ in range(args.rounds):
+    for _ in range(rounds):
         for name, run in modes.items():
             times = run()
             step_times.setdefault(name, []).extend(times[2:])  # skip the first steps of a capture
 
-    per_step_ns = off_cost_ns(window)
     base = statistics.median(t for t, _ in step_times["baseline"])
     base_cpu = statistics.median(c for _, c in step_times["baseline"])
     rows = []
@@ -142,10 +168,12 @@ def main() -> None:
         median_cpu = statistics.median(c for _, c in pairs)
         rows.append(
             {
+                "size": size.name,
                 "mode": name,
                 "median_step_ms": round(median * 1e3, 4),
                 "p90_step_ms": round(times[int(0.9 * len(times))] * 1e3, 4),
                 "overhead_vs_baseline_pct": round(100 * (median / base - 1), 2),
+                "added_wall_us_per_step": round((median - base) * 1e6, 1),
                 "median_step_cpu_ms": round(median_cpu * 1e3, 4),
                 "cpu_overhead_vs_baseline_pct": round(100 * (median_cpu / base_cpu - 1), 2),
                 "capture_start_stop_s": round(statistics.median(capture_cost[name]), 3)
@@ -154,51 +182,67 @@ def main() -> None:
                 "steps_measured": len(times),
             }
         )
+    return {"size": asdict(size), "model": size.describe(), "rows": rows, "window": window}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
+    parser.add_argument("--out", type=Path, default=HERE)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="xprof-bench-"))
+    with measure_conditions(packages=["jax", "jaxlib", "jaxstack-xprof-lite"]) as conditions:
+        results = [measure(SIZES[name], args.rounds, args.steps, tmp) for name in args.sizes]
+        per_step_ns = off_cost_ns(results[0].pop("window"))
+    for r in results:
+        r.pop("window", None)
+    meta = conditions.as_dict()
     result = {
-        "benchmark": "tracing overhead on a tiny training step",
-        "model": f"embed {VOCAB}x{D}, {LAYERS} residual MLP blocks {D}->{HIDDEN}->{D}, "
-        f"batch {BATCH}x{SEQ}, f32, SGD",
+        "benchmark": "tracing overhead on a small training step at two step sizes",
         "rounds": args.rounds,
         "steps_per_round": args.steps,
-        "jax": jax.__version__,
         "device": jax.devices()[0].device_kind,
-        "cpu_count": os.cpu_count(),
-        "machine": platform.machine(),
-        "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
-        "note": "shared 2-core machine, other engineers' builds and tests were running",
-        "rows": rows,
+        "conditions": meta,
+        "sizes": results,
         "empty_step_ns": {k: round(v, 1) for k, v in per_step_ns.items()},
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
-        "# Tracing overhead: xprof-lite vs jax.profiler (tiny training step, CPU)",
+        "# Tracing overhead: xprof-lite vs jax.profiler (small training step, two sizes, CPU)",
         "",
-        f"{result['model']}; {args.rounds} interleaved rounds x {args.steps} steps per mode; "
-        f"jax {result['jax']}, {result['device']} x {result['cpu_count']} cores, "
-        f"{result['date_utc']} UTC. {result['note']}.",
+        conditions_markdown(meta),
         "",
-        "| mode | median step ms (wall) | p90 step ms | wall overhead | median step CPU ms "
-        "| CPU overhead | capture start+stop s |",
-        "|---|---|---|---|---|---|---|",
+        f"{args.rounds} interleaved rounds x {args.steps} steps per mode and size; "
+        f"{result['device']}. Models: "
+        + "; ".join(f"{r['size']['name']}: {r['model']}" for r in results)
+        + ".",
+        "",
+        "| step size | mode | median step ms (wall) | p90 step ms | wall overhead "
+        "| added wall µs/step | median step CPU ms | CPU overhead | capture start+stop s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        cost = "-" if r["capture_start_stop_s"] is None else f"{r['capture_start_stop_s']:.3f}"
-        lines.append(
-            f"| {r['mode']} | {r['median_step_ms']:.3f} | {r['p90_step_ms']:.3f} | "
-            f"{r['overhead_vs_baseline_pct']:+.2f}% | {r['median_step_cpu_ms']:.3f} | "
-            f"{r['cpu_overhead_vs_baseline_pct']:+.2f}% | {cost} |"
-        )
+    for size in results:
+        for r in size["rows"]:
+            cost = "-" if r["capture_start_stop_s"] is None else f"{r['capture_start_stop_s']:.3f}"
+            lines.append(
+                f"| {r['size']} | {r['mode']} | {r['median_step_ms']:.3f} | "
+                f"{r['p90_step_ms']:.3f} | {r['overhead_vs_baseline_pct']:+.2f}% | "
+                f"{r['added_wall_us_per_step']:+.1f} | {r['median_step_cpu_ms']:.3f} | "
+                f"{r['cpu_overhead_vs_baseline_pct']:+.2f}% | {cost} |"
+            )
     lines += [
         "",
         f"Wired in but off, `StepWindowProfiler.step` costs {per_step_ns['off']:.0f} ns per step "
-        f"(an empty `with nullcontext()` step: {per_step_ns['bare loop']:.0f} ns), i.e. "
-        f"{(per_step_ns['off'] - per_step_ns['bare loop']) / (base * 1e9) * 100:.4f}% of a "
-        "baseline step.",
+        f"(an empty `with nullcontext()` step: {per_step_ns['bare loop']:.0f} ns).",
         "",
-        "Goal: <= 5% step-time overhead while tracing on CPU, and none when off.",
-        "CPU time (all threads of the process, `time.process_time`) is the steadier measure on a",
-        "loaded shared machine: wall time there mostly measures the scheduler.",
+        "Tracing costs about a fixed time per traced event; both sizes run the same ops, so the",
+        "added time per step is comparable between them and the relative overhead is that time",
+        "divided by the step time. CPU time (all threads, `time.process_time`) is the steadier",
+        "measure on a loaded shared machine: wall time there mostly measures the scheduler.",
         "",
     ]
     (args.out / "results.md").write_text("\n".join(lines))
