@@ -18,10 +18,13 @@ next start; a save that is committed already stays as it is.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 import re
+import sys
 import threading
+import traceback
 import warnings
 import weakref
 from collections.abc import Callable
@@ -163,10 +166,12 @@ class StepWriter:
         cancel = getattr(self._checkpointer, "cancel", None)
         if cancel is not None:
             cancel()
-            # Cancelled Orbax coroutines are dropped at teardown: not news after this warning.
+            # Cancelled Orbax coroutines are dropped at teardown, and TensorStore may still try
+            # to wake their closed event loop: not news after this warning.
             warnings.filterwarnings(
                 "ignore", message="coroutine .* was never awaited", category=RuntimeWarning
             )
+            sys.excepthook = functools.partial(_quiet_about_closed_loops, sys.excepthook)
         _log.warning(
             "the process exits while step %d is still being saved to %s: that step is not "
             "committed (no thread can start during interpreter exit, and a save needs some). "
@@ -181,6 +186,17 @@ class StepWriter:
             self.wait()
         finally:
             self._checkpointer.close()
+
+
+def _quiet_about_closed_loops(
+    excepthook: Callable[..., Any], kind: type[BaseException], error: BaseException, tb: Any
+) -> None:
+    """sys.excepthook at exit after a cancel: drop "Event loop is closed" raised in asyncio."""
+    if kind is RuntimeError and str(error) == "Event loop is closed":
+        frames = traceback.extract_tb(tb)
+        if frames and os.path.basename(os.path.dirname(frames[-1].filename)) == "asyncio":
+            return
+    excepthook(kind, error, tb)
 
 
 _writers: weakref.WeakSet[StepWriter] = weakref.WeakSet()
