@@ -1,6 +1,12 @@
+"""Test setup: tests/ goes on sys.path for the shared helpers (kernlib_testutil: the tolerance
+table; kernlib_lowering: lowering for devices this host lacks), which are not in the wheel."""
+
 import os
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kernlib_testutil import assert_close
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.testing import assert_close
 
 
 def make_case(b, t, hq, hkv, d, dtype="float32", segments=None, seed=0):

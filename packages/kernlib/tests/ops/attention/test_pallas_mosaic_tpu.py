@@ -2,9 +2,9 @@
 
 import jax.numpy as jnp
 import pytest
+from kernlib_lowering import count_kernels, with_backward
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.attention import pallas_mosaic_tpu
 
 IMPL = "pallas_mosaic_tpu"

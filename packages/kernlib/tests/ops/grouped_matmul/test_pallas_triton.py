@@ -1,7 +1,7 @@
 import jax.numpy as jnp
 import pytest
+from kernlib_lowering import count_kernels, with_backward
 
-from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.grouped_matmul import pallas_triton
 
 SMALL = dict(block_m=16, block_k=16, block_n=16)

@@ -4,9 +4,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from kernlib_testutil import assert_close
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.testing import assert_close
 
 
 class QuantizedTensor(NamedTuple):

@@ -1,8 +1,8 @@
 import jax
 import jax.numpy as jnp
 import pytest
+from kernlib_lowering import count_kernels
 
-from jaxstack.kernlib._src.lowering import count_kernels
 from jaxstack.kernlib.ops.quantized_matmul import pallas_triton
 
 

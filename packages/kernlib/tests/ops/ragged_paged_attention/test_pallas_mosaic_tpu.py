@@ -1,6 +1,6 @@
 import pytest
+from kernlib_lowering import count_kernels
 
-from jaxstack.kernlib._src.lowering import count_kernels
 from jaxstack.kernlib.ops.ragged_paged_attention import pallas_mosaic_tpu
 
 IMPL = "pallas_mosaic_tpu"

@@ -1,7 +1,7 @@
 import jax.numpy as jnp
 import pytest
+from kernlib_lowering import count_kernels
 
-from jaxstack.kernlib._src.lowering import count_kernels
 from jaxstack.kernlib.ops.ragged_paged_attention import pallas_triton
 
 IMPL = "pallas_triton"

@@ -1,9 +1,9 @@
 import jax
 import jax.numpy as jnp
 import pytest
+from kernlib_testutil import assert_close
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.testing import assert_close
 
 
 def compare(impl, shape, dtype="float32", config=None, **options):

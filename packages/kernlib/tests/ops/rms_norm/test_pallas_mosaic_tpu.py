@@ -1,7 +1,7 @@
 import pytest
+from kernlib_lowering import count_kernels, with_backward
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.rms_norm import pallas_mosaic_tpu
 
 

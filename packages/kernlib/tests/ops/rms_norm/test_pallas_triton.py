@@ -1,6 +1,6 @@
 import pytest
+from kernlib_lowering import count_kernels, with_backward
 
-from jaxstack.kernlib._src.lowering import count_kernels, with_backward
 from jaxstack.kernlib.ops.rms_norm import pallas_triton
 
 

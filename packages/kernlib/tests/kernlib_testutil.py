@@ -1,7 +1,7 @@
 """The tolerance table every implementation is held to against the XLA reference.
 
 Tolerances are per dtype, separately for outputs and gradients (gradients go through one more
-reduction, and bf16 inputs round their products). Used by the package's tests and benchmarks.
+reduction, and bf16 inputs round their products). Used by the package's tests.
 """
 
 from __future__ import annotations
