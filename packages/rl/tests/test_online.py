@@ -1,0 +1,171 @@
+"""GRPO/PPO with the serving engine: weight hand-off, reward errors, SIGKILL and resume."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+import yaml
+from flax import nnx
+
+from jaxstack import nnlib, rl
+from jaxstack.rl._src.encode import Encoder, build_chat_template
+from jaxstack.rl._src.policy import build_policy
+from jaxstack.rl._src.rollout import EngineSampler
+from jaxstack.trainer import read_jsonl
+
+PROMPTS = ["12+34=", "56*7=", "90+11=", "3*45="]
+
+
+def test_engine_greedy_follows_handed_off_weights(tiny):
+    config = rl.load_config("grpo", None, [*tiny, "lora.rank=4", r"lora.pattern=attn/(q|v)_proj$"])
+    policy = build_policy(config)
+    sampler = EngineSampler(policy, max_model_len=32, max_num_seqs=4, seed=0)
+    encoder = Encoder(policy.tokenizer, build_chat_template(None))
+    prompts = [encoder.prompt(p) for p in ["12+34=", "56+78="]]  # equal lengths for nnlib
+
+    def reference(params):
+        """nnlib's own greedy decode of the model with these (adapter) params."""
+        model = nnx.clone(policy.model)
+        nnx.update(model, params)
+        out = np.asarray(
+            nnlib.generate(model, np.stack(prompts), 8, eos_id=policy.tokenizer.eos_id)
+        )
+        texts = []
+        for row in out[:, len(prompts[0]) :]:
+            ids = list(row)
+            ids = (
+                ids[: ids.index(policy.tokenizer.eos_id)] if policy.tokenizer.eos_id in ids else ids
+            )
+            texts.append(policy.tokenizer.decode(ids))
+        return texts
+
+    keys = iter(jax.random.split(jax.random.key(1), 100))
+    moved = jax.tree.map(lambda x: x + 2.0 * jax.random.normal(next(keys), x.shape), policy.params)
+    before = sampler.greedy(policy.params, prompts, 8)
+    after = sampler.greedy(moved, prompts, 8)
+    assert before == reference(policy.params)
+    assert after == reference(moved)
+    assert after != before
+    assert sampler.greedy(policy.params, prompts, 8) == before  # and back again
+
+
+REWARDS_MODULE = """
+def length(prompt, completion):
+    return float(len(completion))
+
+def fails_on_56(prompt, completion):
+    if prompt.startswith("56"):
+        raise ZeroDivisionError("division by zero")
+    return 1.0
+"""
+
+
+@pytest.fixture
+def online_setup(tmp_path, tiny, write_jsonl, monkeypatch):
+    """A prompts file, an importable rewards module, and the overrides of a tiny GRPO run."""
+    write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": p} for p in PROMPTS])
+    (tmp_path / "test_rl_rewards.py").write_text(REWARDS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    overrides = [
+        *tiny,
+        f"data.path={tmp_path / 'prompts.jsonl'}",
+        "data.seq_len=16",
+        "data.batch_size=2",
+        "rollout.group_size=4",
+        "rollout.max_new_tokens=4",
+        "optim.lr=3e-2",
+        "checkpoint.every=1",
+        "checkpoint.async_save=false",
+    ]
+    return tmp_path, overrides
+
+
+def test_a_raising_reward_stops_or_is_skipped(online_setup):
+    tmp_path, overrides = online_setup
+    from test_rl_rewards import fails_on_56, length
+
+    stop = rl.load_config(
+        "grpo", None, [*overrides, "train.steps=2", f"log.run_dir={tmp_path / 'a'}"]
+    )
+    with pytest.raises(
+        rl.RewardError, match=r"reward 'fails_on_56' raised ZeroDivisionError: .*prompt '56\*7='"
+    ):
+        rl.grpo(stop, rewards=[length, (fails_on_56, 0.5)])
+    skip = rl.load_config(
+        "grpo",
+        None,
+        [
+            *overrides,
+            "train.steps=2",
+            "rollout.on_reward_error=skip",
+            f"log.run_dir={tmp_path / 'b'}",
+        ],
+    )
+    result = rl.grpo(skip, rewards=[length, (fails_on_56, 0.5)])
+    records = [r for r in read_jsonl(tmp_path / "b" / "metrics.jsonl") if r["kind"] == "train"]
+    skipped = [r["rewards_skipped"] for r in records]
+    # each iteration draws 2 of the 4 prompts; a draw of "56*7=" skips its 4 completions
+    assert all(s in (0.0, 4.0) for s in skipped) and sum(skipped) > 0
+    assert result.step == 2
+
+
+TIMING = ("step_time_s", "rollout_s", "update_s", "rollout_tokens_per_sec", "tokens_per_sec")
+
+
+def _metrics(run_dir):
+    by_step = {}
+    for r in read_jsonl(run_dir / "metrics.jsonl"):
+        if r["kind"] == "train":
+            by_step[r["step"]] = {k: v for k, v in r.items() if k not in TIMING}
+    return by_step
+
+
+@pytest.mark.parametrize("algorithm", ["grpo"])
+def test_sigkill_and_resume_reproduces_the_uninterrupted_metrics(online_setup, algorithm):
+    tmp_path, overrides = online_setup
+    steps = 4
+
+    def config(name):
+        cfg = rl.load_config(
+            algorithm, None, [*overrides, f"train.steps={steps}", f"log.run_dir={tmp_path / name}"]
+        ).to_dict()
+        cfg["rewards"] = {"test_rl_rewards:length": 1.0}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(cfg))
+        return path
+
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    command = lambda name: [
+        sys.executable,
+        "-m",
+        "jaxstack.rl._src.cli",
+        algorithm,
+        "--config",
+        str(config(name)),
+    ]
+    subprocess.run(command("whole"), env=env, check=True, capture_output=True, timeout=600)
+
+    victim = subprocess.Popen(
+        command("killed"), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    committed = tmp_path / "killed" / "checkpoints" / "step_00000002"
+    deadline = time.monotonic() + 600
+    while not committed.exists() and victim.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=60)
+    assert committed.exists(), "the run ended or timed out before its step-2 checkpoint"
+    interrupted = _metrics(tmp_path / "killed")
+    assert max(interrupted) < steps  # it really was cut short
+    subprocess.run(command("killed"), env=env, check=True, capture_output=True, timeout=600)
+
+    whole, resumed = _metrics(tmp_path / "whole"), _metrics(tmp_path / "killed")
+    assert sorted(whole) == sorted(resumed) == list(range(1, steps + 1))
+    assert whole[steps]["reward"] != whole[1]["reward"]  # the policy moved
+    for step in whole:
+        assert resumed[step] == whole[step], step
