@@ -99,6 +99,9 @@ def test_versions_are_immutable_and_names_checked(zoo, tmp_path):
     with pytest.raises(ExportError, match=r"name '\.\./x'"):
         export(zoo.mlp, zoo.init_mlp(0), zoo.MLP_EXAMPLE, name="../x", version=1,
                repository=tmp_path)  # fmt: skip
+    with pytest.raises(ExportError, match=r"name 'm\\n'"):
+        export(zoo.mlp, zoo.init_mlp(0), zoo.MLP_EXAMPLE, name="m\n", version=1,
+               repository=tmp_path)  # fmt: skip
 
 
 def test_outputs_without_batch_dimension_are_rejected(tmp_path):

@@ -38,7 +38,7 @@ MANIFEST_FILE = "manifest.json"
 CONTENT_FILES = (MODEL_FILE, WEIGHTS_FILE, SIGNATURE_FILE, METADATA_FILE)
 BATCH_DIM = "batch"
 
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]*$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]*")
 # ASCII only: str.isdigit() also accepts "²" and "١", which int() refuses or reads as 1.
 VERSION_PATTERN = re.compile(r"[0-9]+")
 

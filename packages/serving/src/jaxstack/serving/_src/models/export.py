@@ -67,7 +67,7 @@ def _input_specs(example_inputs: Any) -> tuple[str, dict[str, jax.ShapeDtypeStru
         raise ExportError("example_inputs is empty; pass at least one batched example array")
     specs = {}
     for name, x in named.items():
-        if not isinstance(name, str) or not fmt.NAME_PATTERN.match(name):
+        if not isinstance(name, str) or not fmt.NAME_PATTERN.fullmatch(name):
             raise ExportError(f"input name {name!r} must match {fmt.NAME_PATTERN.pattern}")
         shape, dtype = tuple(np.shape(x)), np.dtype(getattr(x, "dtype", np.asarray(x).dtype))
         if len(shape) == 0:
@@ -171,7 +171,7 @@ def export(
 
 
 def _check_name_and_version(name: Any, version: Any) -> None:
-    if not isinstance(name, str) or not fmt.NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not fmt.NAME_PATTERN.fullmatch(name):
         raise ExportError(f"name {name!r} must match {fmt.NAME_PATTERN.pattern}")
     if isinstance(version, bool) or not isinstance(version, int) or version < 1:
         raise ExportError(f"version {version!r} must be a positive integer")
@@ -203,7 +203,7 @@ def _output_entries(exported: jax_export.Exported) -> list[dict[str, Any]]:
     out_tree = exported.out_tree.unflatten(list(exported.out_avals))
     outputs = []
     for out_name, aval in out_tree.items():
-        if not isinstance(out_name, str) or not fmt.NAME_PATTERN.match(out_name):
+        if not isinstance(out_name, str) or not fmt.NAME_PATTERN.fullmatch(out_name):
             raise ExportError(f"output name {out_name!r} must match {fmt.NAME_PATTERN.pattern}")
         if not aval.shape or str(aval.shape[0]) != fmt.BATCH_DIM:
             raise ExportError(

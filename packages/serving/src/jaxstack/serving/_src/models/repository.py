@@ -165,7 +165,7 @@ def scan(root: Path) -> dict[str, list[int]]:
     if not root.is_dir():
         return models
     for model_dir in sorted(root.iterdir()):
-        if not model_dir.is_dir() or not fmt.NAME_PATTERN.match(model_dir.name):
+        if not model_dir.is_dir() or not fmt.NAME_PATTERN.fullmatch(model_dir.name):
             continue
         versions = [
             version
