@@ -13,11 +13,13 @@ the adapters. See docs/quantlib.md.
 """
 
 from jaxstack.quantlib._src.errors import Error, QuantWarning, RuleError, SourceError
+from jaxstack.quantlib._src.evaluate import perplexity, validation_batches
 from jaxstack.quantlib._src.intercept import ActScale, QuantizedWeight
 from jaxstack.quantlib._src.matmul import quantized_matmul
 from jaxstack.quantlib._src.qtypes import QTYPES
 from jaxstack.quantlib._src.quantize import PtqProvider, QatProvider, quantize, weight_bytes
 from jaxstack.quantlib._src.rules import PRESETS, QuantRule, load_rules, match_rules
+from jaxstack.quantlib._src.source import Source, load_run
 from jaxstack.quantlib._src.store import export_safetensors, load_quantized, save_quantized
 from jaxstack.quantlib._src.tensor import (
     QuantizedTensor,
@@ -38,16 +40,20 @@ __all__ = [
     "QuantizedTensor",
     "QuantizedWeight",
     "RuleError",
+    "Source",
     "SourceError",
     "export_safetensors",
     "fake_quantize",
     "fake_quantize_activation",
     "load_quantized",
     "load_rules",
+    "load_run",
     "match_rules",
+    "perplexity",
     "quantize",
     "quantize_tensor",
     "quantized_matmul",
     "save_quantized",
+    "validation_batches",
     "weight_bytes",
 ]

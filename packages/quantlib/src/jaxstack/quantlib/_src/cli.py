@@ -57,7 +57,7 @@ def _ptq(args: argparse.Namespace) -> None:
     rules = load_rules(args.rules)
     if args.calibration < 0:
         raise SourceError(f"--calibration {args.calibration}: use a number of batches >= 0")
-    src = source.load_source(args.source, args.step)
+    src = source.load_run(args.source, args.step)
     calibration = None
     if args.calibration:
         batches = evaluate.validation_batches(
@@ -102,7 +102,7 @@ def _eval(args: argparse.Namespace) -> None:
         tokenizer = source.build_tokenizer(record["tokenizer"])
         seq_len, data = record["seq_len"], record.get("data") or {}
     else:
-        src = source.load_source(args.path)
+        src = source.load_run(args.path)
         model, tokenizer, seq_len, data = src.model, src.tokenizer, src.seq_len, src.data
     if args.data is not None and not pathlib.Path(args.data).exists():
         raise SourceError(f"--data {args.data}: no such file or folder")

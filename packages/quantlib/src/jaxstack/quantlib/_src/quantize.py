@@ -101,7 +101,7 @@ def _quantize(
                 f"{path} is already stored quantised; quantise the float (or QAT) model instead"
             )
         if rule.weight_qtype is not None:
-            intercept.contract_ndim(module, path)  # stacked kernels fail here, before any work
+            _check_weight(module, path, rule)
         intercept.intercept(module, path, rule, provider.mode)
     static = [(p, m, r) for p, m, r in matches if r.act_static]
     if static and not calibrate:
@@ -127,6 +127,25 @@ def _quantize(
                     )
                 )
     return model
+
+
+def _check_weight(module: nnx.Module, path: str, rule: QuantRule) -> None:
+    """Stacked kernels, tiles that do not divide, odd sizes for 4-bit packing: fail here, at
+    quantize time (a QAT model would otherwise fail inside its first train step)."""
+    kernel = module.kernel[...]
+    try:
+        jax.eval_shape(
+            lambda w: tensor.quantize_tensor(
+                w,
+                rule.weight_qtype,
+                contract_ndim=intercept.contract_ndim(module, path),
+                tile_size=rule.tile_size,
+                calibration_method=rule.weight_calibration,
+            ),
+            jax.ShapeDtypeStruct(kernel.shape, kernel.dtype),
+        )
+    except RuleError as e:
+        raise RuleError(f"{path}: {e}" if not str(e).startswith(path) else str(e)) from None
 
 
 def _calibrate(

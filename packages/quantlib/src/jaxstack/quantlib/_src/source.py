@@ -65,7 +65,7 @@ def model_config(run_config: dict[str, Any], tokenizer_vocab: int) -> nnlib.Mode
     return base.replace(**fields)
 
 
-def load_source(path: str | pathlib.Path, step: int | None = None) -> Source:
+def load_run(path: str | pathlib.Path, step: int | None = None) -> Source:
     """The float nnlib model of a run directory / checkpoint (newest good step by default)."""
     directory = checkpoint_dir(path)
     try:
@@ -98,7 +98,7 @@ def load_source(path: str | pathlib.Path, step: int | None = None) -> Source:
         ) from e
     nnx.update(model, state)
     return Source(
-        model=model,
+        model=nnx.clone(model),  # modules made outside eval_shape's trace, so mutable here
         model_config=mcfg,
         tokenizer=tokenizer,
         tokenizer_spec=tokenizer_spec,

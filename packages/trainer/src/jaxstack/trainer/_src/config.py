@@ -129,6 +129,12 @@ class LogSection:
     profile_steps: int = 3
 
 
+@dataclasses.dataclass(frozen=True)
+class QuantSection:
+    # QAT rules (extra `quant`): a jaxstack-quantlib preset (int8, w8a8, int4, nf4) or a YAML file
+    rules: str | None = None
+
+
 SECTIONS: dict[str, type] = {
     "data": DataConfig,
     "mesh": MeshConfig,
@@ -136,6 +142,7 @@ SECTIONS: dict[str, type] = {
     "eval": EvalSection,
     "checkpoint": CheckpointSection,
     "log": LogSection,
+    "quant": QuantSection,
 }
 FREE_SECTIONS = ("model", "optim")  # checked by nnlib and optlib, see `_check_model/_optim`
 
@@ -152,6 +159,7 @@ class Config:
     eval: EvalSection = EvalSection()
     checkpoint: CheckpointSection = CheckpointSection()
     log: LogSection = LogSection()
+    quant: QuantSection = QuantSection()
     name: str = "custom"
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstack.trainer._src import data as data_mod
-from jaxstack.trainer._src import extras
+from jaxstack.trainer._src import extras, quant
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config, optimizer_config
@@ -275,6 +275,7 @@ def build_session(config: Config) -> Session:
     run_dir = _run_dir(config, process_count)
     data_mod.check_data_path(config.data)
     extras.check(config)
+    quant.rules(config)  # a missing extra or bad rules fail before anything is built
     enable_compile_cache(config.train.compile_cache)
     tokenizer = data_mod.build_tokenizer(config.data)
     mcfg = model_mod.model_config(config, tokenizer.vocab_size)
@@ -283,6 +284,7 @@ def build_session(config: Config) -> Session:
     model = model_mod.build_model(
         mcfg, config.train.seed, extras.attention_function(config.train.attention)
     )
+    model = quant.apply(config, model)
     apply, params, tx, opt_abs, shardings = plan_state(
         config, mcfg, model, layout.mesh, layout.rules
     )
