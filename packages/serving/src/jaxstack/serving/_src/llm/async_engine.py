@@ -31,6 +31,7 @@ class _Route:
     loop: asyncio.AbstractEventLoop
     queue: asyncio.Queue
     tag: int
+    n: int
     unfinished: int
 
     def put(self, item) -> None:
@@ -96,7 +97,9 @@ class AsyncEngine:
                 "retry later"
             )
         request_id = f"req-{next(self._ids)}"
-        self._routes[request_id] = _Route(asyncio.get_running_loop(), queue, tag, params.n)
+        self._routes[request_id] = _Route(
+            asyncio.get_running_loop(), queue, tag, params.n, params.n
+        )
         self._post(("add", request_id, prompt_token_ids, params))
         return request_id
 
@@ -133,8 +136,11 @@ class AsyncEngine:
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "abort":
-            self.metrics.finished.labels("abort").inc(self.engine.abort(command[1]))
-            self._routes.pop(command[1], None)
+            request_id = command[1]
+            self.metrics.finished.labels("abort").inc(self.engine.abort(request_id))
+            route = self._routes.pop(request_id, None)
+            for i in range(route.n if route else 0):
+                self._last_token.pop(f"{request_id}-{i}", None)
             return
         _, request_id, prompt_token_ids, params = command
         if request_id not in self._routes:

@@ -12,6 +12,7 @@ aborted, which frees their KV blocks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -96,7 +97,6 @@ def create_llm_app(
 ) -> FastAPI:
     """A FastAPI app serving `engine` (started by the app's lifespan, stopped after the last
     in-flight stream has drained) under the OpenAI API."""
-    import contextlib
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
