@@ -8,8 +8,8 @@ of the update (its advantage and loss weight are zero) and counted in `rewards_s
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
+import pkgutil
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -47,12 +47,14 @@ def as_rewards(rewards: Mapping[str, float] | Sequence[Any]) -> list[Reward]:
 
 
 def _import(name: str) -> RewardFn:
+    """`module:function`; the module part may be a public attribute path of a package
+    (`jaxstack.rl.arithmetic:exact_answer`), as `pkgutil.resolve_name` walks it."""
     module, _, attr = name.partition(":")
     if not attr:
         raise ConfigError(f"reward {name!r} is not of the form 'module:function'")
     try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError) as e:
+        fn = pkgutil.resolve_name(f"{module}.{attr}")
+    except (ImportError, AttributeError, ValueError) as e:
         raise ConfigError(f"reward {name!r} cannot be imported ({e})") from None
     if not callable(fn):
         raise ConfigError(f"reward {name!r} is not callable")

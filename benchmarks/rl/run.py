@@ -1,0 +1,165 @@
+"""jaxstack-rl on CPU: one GRPO iteration's time split, and the arithmetic recipe's accuracy.
+
+    python benchmarks/rl/run.py grpo      # a few minutes: rollout tokens/s, update steps/s,
+                                           # share of an iteration in rollout vs update
+    python benchmarks/rl/run.py recipe    # up to ~30 min on 2 idle cores: SFT then GRPO,
+                                           # held-out exact-match accuracy curve
+
+Each part writes `results-<part>.json` (with the run conditions measured by
+benchmarks/conditions.py), then results.json and results.md are rebuilt from all parts;
+`run.py report` only rebuilds them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+from conditions import conditions_markdown, measure_conditions
+
+HERE = pathlib.Path(__file__).parent
+PACKAGES = ["jax", "jaxlib", "flax", "jaxstack-rl", "jaxstack-serving", "jaxstack-trainer"]
+
+
+def grpo_iterations(iterations: int, warmup: int) -> dict:
+    """GRPO on arithmetic prompts from a freshly initialised recipe-sized model."""
+    from jaxstack import rl
+    from jaxstack.trainer import read_jsonl
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = pathlib.Path(tmp)
+        train, _ = rl.arithmetic.split(2000, 0, seed=0)
+        rl.arithmetic.write_jsonl(tmp / "prompts.jsonl", train, with_answers=False)
+        sft_model = rl.load_config("sft", "arithmetic-sft").base.model
+        overrides = [
+            f"data.path={tmp / 'prompts.jsonl'}",
+            f"log.run_dir={tmp / 'run'}",
+            f"train.steps={iterations}",
+            "checkpoint.enabled=false",
+            "log.report=false",
+            *(f"model.{k}={v}" for k, v in sft_model.items()),
+        ]
+        config = rl.load_config("grpo", "arithmetic-grpo", overrides)
+        rl.grpo(config)
+        records = [r for r in read_jsonl(tmp / "run" / "metrics.jsonl") if r["kind"] == "train"]
+    steady = records[warmup:]
+    med = lambda key: statistics.median(r[key] for r in steady)
+    updates = config.grpo.updates_per_iteration
+    return {
+        "settings": {
+            "model": dict(config.base.model),
+            "prompts_per_iteration": config.base.data.batch_size,
+            "group_size": config.rollout.group_size,
+            "max_new_tokens": config.rollout.max_new_tokens,
+            "seq_len": config.base.data.seq_len,
+            "updates_per_iteration": updates,
+            "iterations": iterations,
+            "warmup_iterations_excluded": warmup,
+        },
+        "median_iteration_s": med("step_time_s"),
+        "median_rollout_s": med("rollout_s"),
+        "median_update_s": med("update_s"),
+        "median_rollout_tokens_per_sec": med("rollout_tokens_per_sec"),
+        "median_completion_tokens": med("completion_tokens"),
+        "update_steps_per_sec": updates / med("update_s"),
+        "rollout_share": statistics.median(r["rollout_s"] / r["step_time_s"] for r in steady),
+        "update_share": statistics.median(r["update_s"] / r["step_time_s"] for r in steady),
+    }
+
+
+def recipe(out_dir: str | None) -> dict:
+    from jaxstack import rl
+
+    out = pathlib.Path(out_dir or tempfile.mkdtemp(prefix="rl-recipe-"))
+    summary = rl.run_arithmetic(out)
+    keep = ("num_train_problems", "num_heldout_problems", "difficulty", "accuracy_sft")
+    result = {k: summary[k] for k in keep}
+    result.update(
+        {k: summary[k] for k in ("accuracy_grpo", "gain_points", "sft_s", "grpo_s", "curve")}
+    )
+    result["settings"] = {"sft": summary["sft_config"], "grpo": summary["grpo_config"]}
+    return result
+
+
+def markdown(results: dict) -> str:
+    lines = ["# jaxstack-rl benchmark results", "", "Written by `benchmarks/rl/run.py`.", ""]
+    if "grpo" in results:
+        g, c = results["grpo"], results["grpo"]["conditions"]
+        s = g["settings"]
+        lines += [
+            "## One GRPO iteration on CPU",
+            "",
+            conditions_markdown(c),
+            "",
+            f"Model {s['model']}; {s['prompts_per_iteration']} prompts x {s['group_size']} "
+            f"completions of at most {s['max_new_tokens']} tokens, rows of {s['seq_len']}, "
+            f"{s['updates_per_iteration']} update(s) per iteration; medians over iterations "
+            f"{s['warmup_iterations_excluded'] + 1}-{s['iterations']} (compiles excluded).",
+            "",
+            "| rollout tokens/s | update steps/s | iteration s | rollout s | update s | "
+            "rollout share | update share |",
+            "|---|---|---|---|---|---|---|",
+            f"| {g['median_rollout_tokens_per_sec']:,.0f} | {g['update_steps_per_sec']:.2f} | "
+            f"{g['median_iteration_s']:.3f} | {g['median_rollout_s']:.3f} | "
+            f"{g['median_update_s']:.3f} | {g['rollout_share']:.0%} | {g['update_share']:.0%} |",
+            "",
+        ]
+    if "recipe" in results:
+        r, c = results["recipe"], results["recipe"]["conditions"]
+        lines += [
+            "## `jaxstack-rl recipe arithmetic`",
+            "",
+            conditions_markdown(c),
+            "",
+            f"{r['num_train_problems']} training problems, {r['num_heldout_problems']} held out "
+            f"(difficulty {r['difficulty']}). SFT {r['sft_s']:.0f} s, GRPO {r['grpo_s']:.0f} s.",
+            "",
+            f"Held-out exact match: **{r['accuracy_sft']:.1%} after SFT -> "
+            f"{r['accuracy_grpo']:.1%} after GRPO ({r['gain_points']:+.1f} points)**.",
+            "",
+            "| GRPO iteration | held-out accuracy |",
+            "|---|---|",
+            *(f"| {p['iteration']} | {p['accuracy']:.1%} |" for p in r["curve"]),
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def write_report() -> str:
+    """results.json and results.md from every part's `results-<part>.json` (parts may be
+    measured in separate, even concurrent, runs)."""
+    path = HERE / "results.json"
+    results = json.loads(path.read_text()) if path.exists() else {}
+    for part in sorted(HERE.glob("results-*.json")):
+        results[part.stem.removeprefix("results-")] = json.loads(part.read_text())
+    path.write_text(json.dumps(results, indent=1) + "\n")
+    text = markdown(results)
+    (HERE / "results.md").write_text(text)
+    return text
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("part", choices=["grpo", "recipe", "report"])
+    p.add_argument("--iterations", type=int, default=12)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--out-dir", help="recipe: keep its run folders here")
+    args = p.parse_args()
+    if args.part != "report":
+        with measure_conditions(packages=PACKAGES) as conditions:
+            if args.part == "grpo":
+                result = grpo_iterations(args.iterations, args.warmup)
+            else:
+                result = recipe(args.out_dir)
+        result["conditions"] = conditions.as_dict()
+        (HERE / f"results-{args.part}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(write_report())
+
+
+if __name__ == "__main__":
+    main()
