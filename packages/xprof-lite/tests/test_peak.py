@@ -77,3 +77,16 @@ def test_cpu_peak_is_measured_once_cached_and_never_lowered(tmp_path, monkeypatc
     # A new measurement (lower than 1e18) never lowers a cached number.
     assert xprof_lite.device_peak(refresh=True).flops_per_s_f32 == 1e18
     assert list(tmp_path.glob("*.tmp")) == []
+
+
+def test_a_peak_measured_on_a_busy_machine_is_measured_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("JAXSTACK_XPROF_CACHE_DIR", str(tmp_path))
+    first = xprof_lite.device_peak()
+    [cached] = list(tmp_path.glob("peak-*.json"))
+    quiet_but_low = dataclasses.replace(first, flops_per_s_f32=123.0, load_per_core=0.1)
+    cached.write_text(json.dumps(quiet_but_low.to_dict()))
+    assert xprof_lite.device_peak().flops_per_s_f32 == 123.0  # quiet: trusted as it is
+    busy_and_low = dataclasses.replace(first, flops_per_s_f32=123.0, load_per_core=9.0)
+    cached.write_text(json.dumps(busy_and_low.to_dict()))
+    again = xprof_lite.device_peak()
+    assert again.flops_per_s_f32 > 123.0

@@ -6,7 +6,9 @@ NVIDIA Ampere and later, one bf16 pass on TPUs, so a float32 step can reach it),
 bandwidth. Each row names its source. A CPU has no useful data sheet number (cores, SIMD width,
 clocks under load and the kernels XLA picks all matter), so it is measured: the best of many
 repeats of a jitted matmul chain per dtype, cached as JSON in the user's cache directory. The
-cache only ever keeps the highest value seen, since a busy machine can only measure low.
+cache only ever keeps the highest value seen, since a busy machine can only measure low, and a
+number measured while the machine was busy (1-minute load average above half a job per core) is
+measured again on the next call until a quiet measurement replaces it.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class DevicePeak:
     bytes_per_s: float
     source: str = "given"
     flops_per_s_f32: float | None = None  # float32 matmul FLOP/s where it differs
+    load_per_core: float | None = None  # measured peaks: the load average per core meanwhile
 
     @property
     def ridge_intensity(self) -> float:
@@ -174,19 +177,26 @@ def measure_bandwidth(device=None, *, copy_mib: int = 64) -> float:
     return 2.0 * x.nbytes / _best_seconds(scale, x, min_repeats=5, min_seconds=0.2)
 
 
+# Above this 1-minute load average per core a measured peak counts as taken on a busy machine.
+BUSY_LOAD_PER_CORE = 0.5
+
+
 def measure_peak(device=None) -> DevicePeak:
     """Measured bf16 and f32 matmul FLOP/s and streaming bytes/s of `device` (a few seconds)."""
     device = device or jax.devices()[0]
     f32 = measure_matmul_flops("float32", device)
     bf16 = measure_matmul_flops("bfloat16", device)
     name = host_cpu().model if device.platform == "cpu" else device.device_kind
-    return DevicePeak(name, bf16, measure_bandwidth(device), "measured", f32)
+    load = os.getloadavg()[0] / host_cpu().cores if hasattr(os, "getloadavg") else None
+    return DevicePeak(name, bf16, measure_bandwidth(device), "measured", f32, load)
 
 
 def _best_of(a: DevicePeak, b: DevicePeak) -> DevicePeak:
     f32 = max(a.flops_per_s_f32 or 0.0, b.flops_per_s_f32 or 0.0) or None
+    quiet = min(a.load_per_core or 0.0, b.load_per_core or 0.0)
     return dataclasses.replace(
         b,
+        load_per_core=quiet,
         flops_per_s=max(a.flops_per_s, b.flops_per_s),
         bytes_per_s=max(a.bytes_per_s, b.bytes_per_s),
         flops_per_s_f32=f32,
@@ -198,7 +208,8 @@ def device_peak(device=None, *, refresh: bool = False) -> DevicePeak:
 
     Known GPUs/TPUs come from the spec table; anything else (CPUs) is measured once by
     `measure_peak` and cached as JSON under `cache_dir()`. `refresh=True` measures again and
-    keeps, per number, the higher of the new and the cached value.
+    keeps, per number, the higher of the new and the cached value; so does any call while the
+    cached number was measured on a busy machine (`load_per_core` above `BUSY_LOAD_PER_CORE`).
     """
     device = device or jax.devices()[0]
     if device.platform != "cpu" and (spec := spec_peak(device.device_kind)) is not None:
@@ -208,7 +219,8 @@ def device_peak(device=None, *, refresh: bool = False) -> DevicePeak:
     # None yet, or damaged: measured again and replaced.
     with contextlib.suppress(OSError, ValueError, TypeError):
         cached = DevicePeak.from_dict(json.loads(path.read_text()))
-    if cached is not None and not refresh:
+    busy = cached is not None and (cached.load_per_core or 0.0) > BUSY_LOAD_PER_CORE
+    if cached is not None and not refresh and not busy:
         return cached
     peak = measure_peak(device)
     if cached is not None:
