@@ -181,7 +181,7 @@ def test_profiled_training_step(tmp_path):
             "test",
             "train.steps=4",
             "eval.every=0",
-            "checkpoint.every=0",
+            "checkpoint.enabled=false",
             "log.profile_start=2",
             "log.profile_steps=1",
             f"log.run_dir={run_dir}",
