@@ -8,7 +8,8 @@ import sys
 import numpy as np
 import pytest
 
-from jaxstack import ckptlib
+from jaxstack import ckptlib, nnlib
+from jaxstack import quantlib as ql
 from jaxstack.quantlib._src.cli import main
 
 BIN = pathlib.Path(sys.executable).parent
@@ -115,3 +116,10 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(run_dir, tmp_path, cap
 
     err = one_line_error(capsys, ["eval", str(tmp_path)], tmp_path / "nothing")
     assert "not a jaxstack-train run directory" in err
+
+
+def test_a_loaded_run_is_an_ordinary_mutable_model(run_dir):
+    """QLoRA on a trained run: attaching adapters mutates the loaded model's modules."""
+    src = ql.load_run(run_dir)
+    assert src.step == 2 and src.seq_len == 64
+    assert nnlib.apply_lora(src.model, r"attn/q_proj$", rank=2) == ["layers/0/attn/q_proj"]

@@ -98,7 +98,7 @@ def load_run(path: str | pathlib.Path, step: int | None = None) -> Source:
         ) from e
     nnx.update(model, state)
     return Source(
-        model=nnx.clone(model),  # modules made outside eval_shape's trace, so mutable here
+        model=model,
         model_config=mcfg,
         tokenizer=tokenizer,
         tokenizer_spec=tokenizer_spec,

@@ -153,4 +153,4 @@ def load_quantized(directory: str | os.PathLike[str]) -> tuple[nnx.Module, dict[
     except ckptlib.Error as e:
         raise SourceError(f"{directory}: {e}") from e
     nnx.update(model, restored.state["model"])
-    return nnx.clone(model), record  # modules made outside eval_shape's trace: mutable
+    return model, record
