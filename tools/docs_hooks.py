@@ -1,6 +1,8 @@
 """mkdocs hook: one API reference page per package, generated from the package's `__all__`, and
 the benchmark results (RESULTS.md, each benchmark's results files and plots) published under
-`benchmarks/` so that the docs link every number to the file it comes from.
+`benchmarks/` so that the docs link every number to the file it comes from. A guide's link to a
+benchmark as the repository lays it out (`../benchmarks/quant` from docs/) is pointed at the
+published page, so the same Markdown reads right on a forge and in the site.
 
 Each public name is documented from the module that defines it (mkdocstrings reads the source
 with griffe), under the name users import (`jaxstack.trainer.load_config`), so packages that
@@ -10,6 +12,8 @@ export names lazily (PEP 562) are covered too, and a name that cannot be found f
 from __future__ import annotations
 
 import importlib
+import posixpath
+import re
 import sys
 from pathlib import Path
 
@@ -70,3 +74,34 @@ def on_files(files, config):
         if files.get_file_from_path(uri) is None:
             files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
+
+
+LINK = re.compile(r"\]\(([^)\s#]+)(#[^)\s]*)?\)")
+
+
+def on_page_markdown(markdown, page, config, files):
+    page_dir = posixpath.dirname(page.file.src_uri)
+    docs_dir = Path(config["docs_dir"]).resolve().relative_to(ROOT).as_posix()
+
+    def published(match: re.Match) -> str:
+        target, anchor = match.group(1), match.group(2) or ""
+        in_repo = posixpath.normpath(posixpath.join(docs_dir, page_dir, target))
+        if "://" in target or not in_repo.startswith("benchmarks"):
+            return match.group(0)
+        if (ROOT / in_repo).is_dir():
+            index = next(
+                (
+                    f"{in_repo}/{n}"
+                    for n in ("README.md", "results.md")
+                    if (ROOT / in_repo / n).exists()
+                ),
+                None,
+            )
+            if index is None:
+                return match.group(0)
+            in_repo = index
+        if files.get_file_from_path(in_repo) is None:
+            return match.group(0)
+        return f"]({posixpath.relpath(in_repo, page_dir or '.')}{anchor})"
+
+    return LINK.sub(published, markdown)
