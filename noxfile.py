@@ -127,17 +127,17 @@ def compat(session: nox.Session, package: str, resolution: str) -> None:
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def compat_release(session: nox.Session, package: str) -> None:
-    """The end-to-end scenario with `package` as it was released (the first commit of its current
-    version, tools/releases.py) and every other package at HEAD. About 5 minutes each on 2 cores;
-    not in the default run."""
-    release = releases.last_release(package)
-    if release is None:
-        session.skip(f"{package}: its current version has no commit yet")
-    released = releases.extract(package, release.commit, Path(session.create_tmp()) / "release")
+    """The end-to-end scenario with `package` as it was last released (tools/releases.py) and
+    every other package at HEAD. About 5 minutes each on 2 idle cores; not in the default run."""
+    found = releases.last_released(package)
+    if found is None:
+        session.skip(f"{package}: no released version in the history yet")
+    release, commit = found
+    released = releases.extract(package, commit, Path(session.create_tmp()) / "release")
     project = tomllib.loads((released / "pyproject.toml").read_text())["project"]
     extra = "[test]" if "test" in project.get("optional-dependencies", {}) else ""
     others = [p.test_requirement for p in all_packages() if p.folder != package]
-    session.log(f"{package} {release.version} from {release.commit[:10]}; the others from HEAD")
+    session.log(f"{package} {release.version} as released in {commit[:10]}; the others from HEAD")
     session.install(
         "-c", lock_constraints(session), *others, f"{released}{extra}", *INTEGRATION_TOOLS
     )

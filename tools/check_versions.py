@@ -1,19 +1,18 @@
 """Release check: every package's CHANGELOG top entry is its version, and a package whose shipped
-files changed after its release has a new version (or says what changed in its version's entry).
+files changed after its release has a new version.
 
-The repository keeps no tags: the release of version V is the first commit whose
-`pyproject.toml` says V (tools/releases.py). A package whose shipped files (everything in its
-folder but `tests/`) changed since the release of its current version, while that version's
-CHANGELOG entry still reads as it did at the release, fails: the change went out under a number
-that already means something else. A version bumped in this change (no commit has it yet) passes.
-With `--since REV`, changes are counted since REV instead, and any change needs a version other
-than the one at REV (useful in review: what this branch did).
+The repository keeps no tags: version V begins at the first commit whose `pyproject.toml` says V
+and is released with the last commit of the working session that introduced it
+(tools/releases.py). A package whose shipped files (everything in its folder but `tests/`)
+changed after the release of its current version fails: the change would go out under a number
+that already means something else. A version bumped in the current session is not released yet
+and passes, however many commits follow the bump. With `--since REV`, changes are counted since
+REV instead, and any change needs a version other than the one at REV (useful in review).
 """
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 
 import releases
@@ -29,26 +28,16 @@ def changed_since(package: Package, rev: str) -> list[str]:
     return [n for n in names if not n.removeprefix(folder).startswith(UNSHIPPED)]
 
 
-def changelog_entry(text: str, version: str) -> str:
-    """The lines of the `## [version]` entry of a CHANGELOG."""
-    match = re.search(rf"^## \[{re.escape(version)}\].*?(?=^## \[|\Z)", text, re.M | re.S)
-    return match.group(0).strip() if match else ""
-
-
 def unreleased_change(package: Package) -> str | None:
     """Why the package's current version no longer describes its files, if it does not."""
-    release = releases.release_of(package.folder, package.version)
-    if release is None or not changed_since(package, release.commit):
-        return None
-    path = f"packages/{package.folder}/CHANGELOG.md"
-    then = changelog_entry(releases.git("show", f"{release.commit}:{path}"), package.version)
-    now = changelog_entry((package.path / "CHANGELOG.md").read_text(), package.version)
-    if then != now:
+    begun = releases.release_of(package.folder, package.version)
+    released = begun and releases.session_end(begun.commit)
+    if not released or not changed_since(package, released):
         return None
     return (
-        f"{package.folder}: files changed since {package.version} was released (its first commit "
-        f"{release.commit[:10]}) and its CHANGELOG entry does not say so; bump the version in "
-        "pyproject.toml and CHANGELOG.md."
+        f"{package.folder}: files changed since {package.version} was released (commit "
+        f"{released[:10]}, the end of the session of its first commit {begun.commit[:10]}); "
+        "bump the version in pyproject.toml and CHANGELOG.md."
     )
 
 

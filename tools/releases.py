@@ -1,8 +1,11 @@
 """Release points of the workspace's packages, recovered from git history alone.
 
 The repository keeps no tags. A package's version lives in `packages/<name>/pyproject.toml`, so
-the release of version V is the first commit whose `pyproject.toml` says V: walking the history
-of that one file, oldest first, gives every version the package has had and where each began.
+version V begins at the first commit whose `pyproject.toml` says V: walking the history of that
+one file, oldest first, gives every version the package has had and where each began. Work on a
+version goes on for the working session that introduced it (a run of commits with no pause
+longer than SESSION_GAP_S between them); the version is released with the last commit of that
+session. A version whose session is still the newest one in the history is not released yet.
 
     python tools/releases.py            # every package: each version and its first commit
     python tools/releases.py trainer    # one package
@@ -20,11 +23,13 @@ from pathlib import Path
 
 import workspace
 
+SESSION_GAP_S = 4 * 3600
+
 
 @dataclass(frozen=True)
 class Release:
     version: str
-    commit: str
+    commit: str  # the first commit with this version
 
 
 def git(*args: str) -> str:
@@ -66,6 +71,28 @@ def last_release(folder: str, rev: str = "HEAD") -> Release | None:
     """The release of the version the package has in `rev`."""
     version = version_at(folder, rev)
     return release_of(folder, version, rev) if version else None
+
+
+def session_end(commit: str, rev: str = "HEAD") -> str | None:
+    """The last commit of the working session `commit` belongs to, or None while that session is
+    the newest in the history of `rev` (its version is still being built)."""
+    history = [
+        line.split() for line in git("log", "--reverse", "--format=%H %ct", rev).splitlines()
+    ]
+    index = next(i for i, (sha, _) in enumerate(history) if sha == commit)
+    while index + 1 < len(history):
+        if int(history[index + 1][1]) - int(history[index][1]) > SESSION_GAP_S:
+            return history[index][0]
+        index += 1
+    return None
+
+
+def last_released(folder: str, rev: str = "HEAD") -> tuple[Release, str] | None:
+    """The newest released version of the package and the commit that released it."""
+    for release in reversed(releases(folder, rev)):
+        if end := session_end(release.commit, rev):
+            return release, end
+    return None
 
 
 def extract(folder: str, commit: str, destination: Path) -> Path:

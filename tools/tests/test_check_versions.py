@@ -1,6 +1,7 @@
 """The release check catches a CHANGELOG/version mismatch and a change made after a release
 under the released number, with releases found from history alone (no tags)."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import check_versions
-import releases
 import workspace
 
 
@@ -30,9 +30,18 @@ def repo(tmp_path, monkeypatch):
     def git(*args):
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
-    def commit(message):
+    clock = iter(range(1_700_000_000, 1_800_000_000, 60))  # a commit a minute
+
+    def commit(message, after_hours=0):
+        date = f"@{next(clock) + after_hours * 3600} +0000"
         git("add", "-A")
-        git("commit", "-qm", message)
+        subprocess.run(
+            ["git", "commit", "-qm", message],
+            cwd=tmp_path,
+            check=True,
+            capture_output=True,
+            env={**os.environ, "GIT_COMMITTER_DATE": date, "GIT_AUTHOR_DATE": date},
+        )
         return subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True, check=True
         ).stdout.strip()
@@ -60,15 +69,17 @@ def test_changelog_mismatch_is_reported(repo):
     assert "top entry is [0.1.0]" in problem and "0.2.0" in problem
 
 
-def test_change_after_the_first_commit_of_a_version_needs_a_new_version(repo):
+def test_a_change_after_the_releasing_session_needs_a_new_version(repo):
     root, commit = repo
     write_package(root, "0.1.0", "0.1.0")
-    commit("demo 0.1.0")
+    first = commit("demo 0.1.0")
+    change_source(root, "x = 0\n")
+    released = commit("demo: same session")
     change_source(root, "x = 1\n")
-    commit("demo: change")
+    commit("demo: next session", after_hours=10)
     [problem] = check_versions.problems(since=None)
-    first = releases.release_of("demo", "0.1.0").commit
-    assert f"since 0.1.0 was released (its first commit {first[:10]})" in problem
+    assert f"since 0.1.0 was released (commit {released[:10]}" in problem
+    assert f"its first commit {first[:10]}" in problem
 
     write_package(root, "0.2.0", "0.2.0")  # the bump, not committed yet
     assert check_versions.problems(since=None) == []
@@ -76,13 +87,14 @@ def test_change_after_the_first_commit_of_a_version_needs_a_new_version(repo):
     assert check_versions.problems(since=None) == []
 
 
-def test_a_bumped_version_may_grow_while_its_entry_records_the_work(repo):
+def test_a_version_bumped_in_this_session_may_still_grow(repo):
     root, commit = repo
-    write_package(root, "0.2.0", "0.2.0", notes="- first change")
-    commit("demo 0.2.0")
+    write_package(root, "0.1.0", "0.1.0")
+    commit("demo 0.1.0")
+    write_package(root, "0.2.0", "0.2.0")
+    commit("demo 0.2.0", after_hours=10)
     change_source(root, "x = 2\n")
-    write_package(root, "0.2.0", "0.2.0", notes="- first change\n- second change")
-    commit("demo: second change, recorded in the 0.2.0 entry")
+    commit("demo: more work on 0.2.0, same session")
     assert check_versions.problems(since=None) == []
 
 

@@ -65,3 +65,18 @@ def test_a_release_is_extracted_as_it_was(repo, tmp_path):
     folder = releases.extract("demo", first, tmp_path / "out")
     assert 'version = "0.1.0"' in (folder / "pyproject.toml").read_text()
     assert (folder / "module.py").read_text() == "# 0.1.0 0\n"
+
+
+def test_a_version_is_released_with_the_last_commit_of_its_session(repo):
+    import os
+    import subprocess
+
+    first = repo("0.1.0")
+    same_session = repo("0.1.0", other="dependencies = []\n")
+    assert releases.session_end(first) is None  # its session is the newest: not released yet
+    later = "@1900000000 +0000"
+    env = {**os.environ, "GIT_COMMITTER_DATE": later, "GIT_AUTHOR_DATE": later}
+    root = releases.workspace.ROOT
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "later"], cwd=root, env=env,
+                   check=True)  # fmt: skip
+    assert releases.session_end(first) == same_session
