@@ -138,8 +138,14 @@ def compat_release(session: nox.Session, package: str) -> None:
     extra = "[test]" if "test" in project.get("optional-dependencies", {}) else ""
     others = [p.test_requirement for p in all_packages() if p.folder != package]
     session.log(f"{package} {release.version} as released in {commit[:10]}; the others from HEAD")
+    # --no-sources: siblings resolve to the folders named here, not to the workspace's own
     session.install(
-        "-c", lock_constraints(session), *others, f"{released}{extra}", *INTEGRATION_TOOLS
+        "--no-sources",
+        "-c",
+        lock_constraints(session),
+        *others,
+        f"{released}{extra}",
+        *INTEGRATION_TOOLS,
     )
     session.run(
         "pytest",
