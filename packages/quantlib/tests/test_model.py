@@ -23,7 +23,15 @@ def logits(model, batch):
     return model(batch["tokens"], batch["positions"], batch["segment_ids"])[0]
 
 
-@pytest.mark.parametrize("name", sorted(TOLERANCE))
+@pytest.mark.parametrize(
+    "name",
+    [
+        "int8",
+        "w8a8",
+        "int4",
+        *(pytest.param(n, marks=pytest.mark.slow) for n in ("nf4", "fp8_e4m3")),
+    ],
+)
 def test_quantised_logits_are_within_tolerance_of_float(model, batch, name):
     rules = ql.PRESETS.get(name) or (ql.QuantRule(".*", name),)
     if name in ("int4", "nf4"):
@@ -44,7 +52,9 @@ def dequantised_copy(qmodel, float_model):
     return out
 
 
-@pytest.mark.parametrize("qtype", ["int8", "int4", "nf4", "fp8_e5m2"])
+@pytest.mark.parametrize(
+    "qtype", ["int8", "int4", "nf4", pytest.param("fp8_e5m2", marks=pytest.mark.slow)]
+)
 def test_weight_only_model_computes_with_exactly_the_dequantised_weights(model, batch, qtype):
     q = ql.quantize(model, ql.PtqProvider([ql.QuantRule(".*", qtype, tile_size=64)]))
     reference = logits(dequantised_copy(q, model), batch)

@@ -80,7 +80,7 @@ def test_qat_refuses_static_activation_rules():
         ql.QatProvider([ql.QuantRule(".*", "int8", act_qtype="int8", act_static=True)])
 
 
-@pytest.mark.parametrize("qtype", ["nf4", "int4"])
+@pytest.mark.parametrize("qtype", ["nf4", pytest.param("int4", marks=pytest.mark.slow)])
 def test_qlora_trains_only_the_adapters_over_a_frozen_quantised_base(model, batch, qtype):
     base = ql.quantize(model, ql.PtqProvider([ql.QuantRule(".*", qtype, tile_size=64)]))
     adapted = nnlib.apply_lora(base, r"(attn|mlp)/\w+_proj$", rank=4, rngs=nnx.Rngs(1))
