@@ -118,7 +118,7 @@ MAXTEXT_STEP = re.compile(r"completed step: (\d+), seconds: ([\d.]+),.*? loss: (
 
 
 def maxtext_cmd(python: str, case: dict, steps: int, out_dir: str) -> list[str]:
-    """MaxText's own trainer at its best fp32 CPU settings (see ../../shared/LIBRARY-NOTES.md)."""
+    """MaxText's own trainer at its best fp32 CPU settings (the flags below; see the README)."""
     configs = subprocess.run(
         [python, "-c", "import maxtext, os; print(os.path.dirname(maxtext.__file__))"],
         capture_output=True,
