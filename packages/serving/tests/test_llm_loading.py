@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 from flax import nnx
@@ -59,6 +60,23 @@ def test_run_directory_serves_the_trained_params(run_dir):
     assert out.outputs[0].token_ids == reference(
         model, datalib.ByteTokenizer().encode("hello there")
     )
+
+
+def test_quantised_directory_serves_the_quantised_model(run_dir, tmp_path):
+    """A `jaxstack-quant ptq` output directory is served as it is: int8 weights stay int8."""
+    quantlib = pytest.importorskip("jaxstack.quantlib", reason="the quant extra is not installed")
+    _, model = run_dir
+    rules = quantlib.PRESETS["int8"]
+    qmodel = quantlib.quantize(model, quantlib.PtqProvider(rules))
+    quantlib.save_quantized(
+        qmodel, tmp_path / "int8", rules=rules, model_config=model.config,
+        info={"tokenizer": "byte", "seq_len": 64},
+    )  # fmt: skip
+    llm = LLM(tmp_path / "int8", max_num_seqs=4, max_num_batched_tokens=32)
+    ids = datalib.ByteTokenizer().encode("hello there")
+    assert llm.generate(["hello there"], GREEDY)[0].outputs[0].token_ids == reference(qmodel, ids)
+    stored = [v for v in jax.tree_util.tree_leaves(llm.engine.runner.state) if v.dtype == "int8"]
+    assert stored, "the served model holds no int8 weights"
 
 
 def test_hf_folder_with_tokenizer_and_chat_template(tmp_path):

@@ -1,11 +1,13 @@
 """Find a model, its tokenizer and its chat template from one path.
 
-Three layouts are recognised:
+Four layouts are recognised:
 - an HF folder: config.json + model.safetensors (or shards), tokenizer.json and
   tokenizer_config.json (chat template, special tokens) beside them;
 - a `jaxstack-train` run directory: config.yaml + checkpoints/ (the newest good step);
 - a ckptlib checkpoint directory whose metadata holds {"config": {"model": ...}} (the
-  trainer's form: an nnlib preset name plus overrides, or a full ModelConfig dict).
+  trainer's form: an nnlib preset name plus overrides, or a full ModelConfig dict);
+- a `jaxstack-quant ptq` output directory (quant.json + checkpoint/): the quantised model as
+  stored, through jaxstack-quantlib (the `quant` extra).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from jaxstack import ckptlib, datalib, nnlib
 from jaxstack.serving._src.errors import ConfigError
 
 # Used when a model brings no chat template (jaxstack-trained models): ChatML's layout.
+QUANT_RECORD = "quant.json"  # written by jaxstack-quant ptq beside its checkpoint/
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -50,6 +53,8 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         tokenizer = _tokenizer_file(path)
         template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
         return LoadedModel(model, tokenizer, template, path.name)
+    if (path / QUANT_RECORD).is_file():
+        return _load_quantized(path)
     ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
     if not ckptlib.list_checkpoints(ckpt_dir):
         raise ConfigError(
@@ -71,7 +76,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     missing = []
 
     def take(key_path, leaf):
-        name = _path(key_path)
+        name = nnlib.param_path(key_path)
         if name not in arrays or arrays[name].shape != leaf.shape:
             missing.append(name)
             return leaf
@@ -88,12 +93,18 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
     return LoadedModel(model, tokenizer, template, path.name)
 
 
-def _path(key_path) -> str:
-    """The project's parameter path: `/`-joined keys without a trailing Variable `value`."""
-    last = key_path[-1] if key_path else None
-    if isinstance(last, jax.tree_util.GetAttrKey) and last.name == "value":
-        key_path = key_path[:-1]
-    return jax.tree_util.keystr(key_path, simple=True, separator="/")
+def _load_quantized(path: pathlib.Path) -> LoadedModel:
+    try:
+        from jaxstack import quantlib
+    except ImportError as e:
+        raise ConfigError(
+            f"{path} is a quantised model (quant.json); serving it needs jaxstack-quantlib: "
+            "pip install 'jaxstack-serving[quant]'"
+        ) from e
+    model, record = quantlib.load_quantized(path)
+    tokenizer = _tokenizer_file(path) or _run_tokenizer({"data": record})  # quant.json: tokenizer
+    template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
+    return LoadedModel(model, tokenizer, template, path.name)
 
 
 def _flat_params(tree: Any) -> dict[str, np.ndarray]:
@@ -101,7 +112,7 @@ def _flat_params(tree: Any) -> dict[str, np.ndarray]:
     in which each Variable is a {"value": array} dict; that wrapper is not a parameter name."""
     flat = {}
     for key_path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        name = _path(key_path)
+        name = nnlib.param_path(key_path)
         flat[name.removesuffix("/value")] = np.asarray(leaf)
     return flat
 
