@@ -2,7 +2,8 @@
 
 Every benchmark in this folder wraps its timed part in `measure_conditions()`: the load average
 is sampled before, every few seconds during, and after the run, and the machine (CPU model,
-the vector-instruction flags that decide which kernels run, cores) and the versions of the
+the vector-instruction flags that decide which kernels run, cores: xprof-lite's `host_cpu`,
+the same reading the trainer's allocator choice uses) and the versions of the
 libraries involved are read from the system. The result goes into the results JSON as-is and
 into the Markdown table's header through `conditions_markdown`, so a reader can tell a quiet
 run from one on a shared machine.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
-import pathlib
 import platform
 import statistics
 import threading
@@ -28,21 +28,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-# The flags that change which matmul kernels XLA and oneDNN pick on x86.
-VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
-
-
-def cpu_model_and_flags() -> tuple[str, list[str]]:
-    """CPU model name and the vector flags of `VECTOR_FLAGS` it has, from /proc/cpuinfo."""
-    model, flags = platform.processor() or platform.machine(), set()
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    return model, [f for f in VECTOR_FLAGS if f in flags]
+from jaxstack.xprof_lite import host_cpu
 
 
 def package_versions(names: list[str]) -> dict[str, str]:
@@ -93,12 +79,12 @@ def measure_conditions(
     packages: list[str] | tuple[str, ...] = ("jax", "jaxlib"), sample_every_s: float = 5.0
 ) -> Iterator[RunConditions]:
     """Record the machine and sample the 1-minute load average around the `with` body."""
-    model, flags = cpu_model_and_flags()
+    cpu = host_cpu()
     conditions = RunConditions(
         started_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        cpu_model=model,
-        cpu_flags=flags,
-        cpu_cores=len(os.sched_getaffinity(0)),
+        cpu_model=cpu.model,
+        cpu_flags=list(cpu.flags),
+        cpu_cores=cpu.cores,
         python=platform.python_version(),
         versions=package_versions(list(packages)),
         load_before=os.getloadavg()[0],
@@ -128,7 +114,7 @@ def conditions_markdown(conditions: dict) -> str:
     busy = max(load["during_max"], load["before"]) > 0.5 * cores
     verdict = "a shared, busy machine" if busy else "a quiet machine"
     versions = ", ".join(f"{k} {v}" for k, v in conditions["versions"].items())
-    flags = " ".join(conditions["cpu_flags"]) or "none of " + " ".join(VECTOR_FLAGS)
+    flags = " ".join(conditions["cpu_flags"]) or "no AVX2/AVX-512/AMX"
     after = load["after"]
     return (
         f"Run {conditions['started_utc']} UTC on {conditions['cpu_model']} ({cores} cores; "
