@@ -1,6 +1,7 @@
 """The stack end to end, as a user drives it: train the tiny model with `jaxstack-train`, SIGKILL
-it and resume, quantise it, serve it and ask it through the `openai` client, fine-tune and align
-it, profile a training step, and serve an exported non-LLM model over KServe v2.
+it and resume, quantise it to int8, serve the int8 model and ask it through the `openai` client,
+fine-tune and align it, profile a training step, and serve an exported non-LLM model over KServe
+v2.
 
 Each stage runs the packages' console scripts in processes. A stage whose package has not landed
 yet is skipped with that package's name; nothing is imitated.
@@ -95,29 +96,37 @@ def eval_perplexity(quant: str, path: Path, cwd: Path) -> float:
     return json.loads(result.stdout.strip().splitlines()[-1])["perplexity"]
 
 
-def test_int8_model_keeps_the_float_models_perplexity(trained, tmp_path):
+@pytest.fixture(scope="module")
+def int8(trained, tmp_path_factory) -> Path:
+    """The trained run quantised to int8 weights by `jaxstack-quant ptq`."""
     quant = command("jaxstack-quant", "quantlib")
-    int8 = tmp_path / "int8"
-    written = run([quant, "ptq", str(trained), "--rules", "int8", "--out", str(int8)], cwd=tmp_path)
+    out = tmp_path_factory.mktemp("quantised") / "int8"
+    command_line = [quant, "ptq", str(trained), "--rules", "int8", "--out", str(out)]
+    written = run(command_line, cwd=out.parent)
     assert "quantised" in written.stdout
+    return out
+
+
+def test_int8_model_keeps_the_float_models_perplexity(trained, int8, tmp_path):
+    quant = command("jaxstack-quant", "quantlib")
     float_perplexity = eval_perplexity(quant, trained, tmp_path)
     int8_perplexity = eval_perplexity(quant, int8, tmp_path)
     assert float_perplexity < 100  # trained: far below the byte vocabulary's 259
     assert abs(int8_perplexity - float_perplexity) / float_perplexity < 0.05
 
 
-def test_served_model_answers_the_openai_client(trained, tmp_path):
+def test_served_int8_model_answers_the_openai_client(int8, tmp_path):
     serve = command("jaxstack-serve", "serving")
     import openai
 
     from jaxstack import serving
 
     offline = (
-        serving.LLM(str(trained))
+        serving.LLM(str(int8))
         .generate(["def "], serving.SamplingParams(temperature=0.0, max_tokens=8))[0]
         .outputs[0]
     )
-    args = [serve, "--model", str(trained), "--served-model-name", "tiny", "--port", "{port}"]
+    args = [serve, "--model", str(int8), "--served-model-name", "tiny", "--port", "{port}"]
     with server(args, "/health", tmp_path) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
         assert [m.id for m in client.models.list()] == ["tiny"]
