@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 import uvicorn
 
+from jaxstack import xprof_lite
 from jaxstack.serving._src.errors import Error
 from jaxstack.serving._src.http_server import DrainingServer
 
@@ -47,7 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--host-allocator",
-        choices=("auto", "retain", "system"),
+        choices=xprof_lite.HOST_ALLOCATORS,
         default="auto",
         help="keep freed host memory mapped ('retain') or not; 'auto' decides from "
         "the CPU (see jaxstack.xprof_lite.set_host_allocator)",
@@ -67,8 +68,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
     log = logging.getLogger("jaxstack.serving.llm")
-    from jaxstack import xprof_lite
-
     # Before JAX starts its backend: the setting applies to allocations made after it.
     allocator = xprof_lite.set_host_allocator(args.host_allocator)
 
