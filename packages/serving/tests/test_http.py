@@ -130,6 +130,12 @@ BAD_REQUESTS = [
       "outputs": [{"name": "nope"}]}, 400, "outputs ['nope']"),
     ({"inputs": [{"name": "x", "shape": [1, 12], "datatype": "FP32", "data": [True] * 12}]},
      400, "inputs[0].data holds bool values, which are not FP32 values"),
+    ({"inputs": [{"name": "x", "shape": [1, 12], "datatype": "FP32",
+                  "data": [[0.5, True] + [0.0] * 10]}]},
+     400, "inputs[0].data mixes booleans and numbers"),
+    ({"inputs": [{"name": "x", "shape": [1, 12], "datatype": "FP32",
+                  "data": [True, 1] + [False] * 10}]},
+     400, "inputs[0].data mixes booleans and numbers"),
 ]  # fmt: skip
 
 

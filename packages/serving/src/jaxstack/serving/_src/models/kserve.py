@@ -84,6 +84,11 @@ def _decode_tensor(i: int, tensor: Any) -> tuple[str, np.ndarray]:
         raw = np.asarray(data)
     except (ValueError, TypeError) as e:
         raise InvalidInputError(f"{field}.data is not a (nested) list of numbers: {e}") from e
+    if raw.dtype.kind in "iuf" and _holds_a_bool(data):
+        # NumPy would read [0.5, true] as [0.5, 1.0]: a client bug, not a number.
+        raise InvalidInputError(
+            f"{field}.data mixes booleans and numbers; send only {datatype} values"
+        )
     if raw.size and (
         raw.dtype.kind not in "biuf"
         or (dtype.kind in "iu" and raw.dtype.kind == "f")
@@ -105,6 +110,13 @@ def _decode_tensor(i: int, tensor: Any) -> tuple[str, np.ndarray]:
     if dtype.kind in "iu" and not np.array_equal(array, raw.reshape(shape)):
         raise InvalidInputError(f"{field}.data has values out of the range of {datatype}")
     return name, array
+
+
+def _holds_a_bool(data: Any) -> bool:
+    """Whether a (nested) JSON list has a boolean anywhere among its leaves."""
+    if isinstance(data, list):
+        return any(_holds_a_bool(x) for x in data)
+    return isinstance(data, bool)
 
 
 def encode_response(
