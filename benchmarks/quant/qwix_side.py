@@ -1,12 +1,20 @@
 """The Qwix side of benchmarks/quant: run with a Python that has `qwix` (never a workspace
 dependency) and the jaxstack packages; prints one JSON object.
 
-Two ways of applying Qwix to the same trained weights:
-- `model`: `qwix.quantize_model(model, qwix.PtqProvider(rules), ...)` on the nnlib model, the
-  way Qwix is meant to be used; the row records how many weights Qwix stored quantised.
-- `numerics`: every Dense kernel quantised with `qwix.quantize` (same [K, N] view, channel
-  axis and tiles as quantlib) and dequantised back into the float model: Qwix's rounding and
-  scales on the same weights, independent of how its interception finds them.
+`qwix.quantize_model(module, qwix.PtqProvider(rules), *inputs)` on the trained nnlib model, the
+way Qwix is meant to be used on Flax NNX, with the two adaptations Qwix needs here (quantlib
+needs neither):
+
+- Qwix finds a weight by intercepting `jnp.einsum` / `jnp.dot` / `lax.dot_general` and matching
+  the operand to a module `Param` by identity, then replaces the Param on the module during its
+  first call. nnlib's Dense computes `x @ kernel[...].astype(dtype).reshape(K, N)`: `@` runs
+  inside `jnp.matmul`'s own jit, where Flax refuses the mutation (TraceContextError: "Cannot
+  mutate 'Dense' from different trace level"), and the reshaped operand is no longer the Param.
+  So every Dense here is given a [K, N] kernel (the same matrix view quantlib quantises) and a
+  call that passes it to `jnp.einsum` as it is (`EinsumDense`).
+- nnlib's Transformer runs each layer on a split/merge copy (one code path for remat and
+  scan_layers), so Qwix's first-call replacements would land on the copies. Qwix is therefore
+  applied to each Block and to the output head, and the quantised modules are put back.
 """
 
 from __future__ import annotations
@@ -32,12 +40,8 @@ RULES = {
 
 
 def perplexity(model, src, args) -> float:
-    batches = ql.validation_batches(src.tokenizer, seq_len=src.seq_len, batch_size=args.batch_size)
-    return ql.perplexity(model, batches, args.eval_batches)["perplexity"]
-
-
-def perplexity_nnx_jit(model, src, args) -> float:
-    """The same measure through `nnx.jit` (a Qwix model mutates itself while it runs)."""
+    """quantlib.perplexity's measure through `nnx.jit` (a Qwix model may update itself while it
+    runs, so it is called as a module, not as a pure function)."""
 
     @nnx.jit
     def loss_sum(model, batch):
@@ -54,6 +58,29 @@ def perplexity_nnx_jit(model, src, args) -> float:
     return math.exp(total / tokens)
 
 
+class EinsumDense(nnlib.Dense):
+    """nnlib's Dense with a [K, N] kernel handed to `jnp.einsum` unchanged (see the docstring)."""
+
+    def __call__(self, x):
+        lead = x.shape[: x.ndim - len(self.in_features)]
+        x = x.astype(self.dtype).reshape(*lead, math.prod(self.in_features))
+        # the Param's array itself, or the WithAux Qwix put in its place
+        kernel = self.kernel.get_value() if isinstance(self.kernel, nnx.Param) else self.kernel
+        y = jnp.einsum("...k,kn->...n", x, kernel)
+        y = y.reshape(*lead, *self.out_features)
+        if self.bias is not None:
+            y = y + self.bias[...].astype(self.dtype)
+        return y
+
+
+def as_einsum_dense(model) -> None:
+    for _, module in nnlib.iter_modules(model):
+        if type(module) is nnlib.Dense:
+            k = math.prod(module.in_features)
+            module.kernel = nnx.Param(module.kernel[...].reshape(k, -1))
+            module.__class__ = EinsumDense
+
+
 def int_leaves(model) -> tuple[int, int]:
     """(number of leaves stored in a narrow type, bytes of the whole state)."""
     leaves = jax.tree.leaves(nnx.state(model))
@@ -61,48 +88,37 @@ def int_leaves(model) -> tuple[int, int]:
     return len(narrow), sum(x.nbytes for x in leaves)
 
 
-def model_level(src, name, args) -> dict:
-    rules = [qwix.QuantizationRule(module_path=".*", **RULES[name])]
-    tokens = jnp.zeros((1, 8), jnp.int32)
+def quantize_with_qwix(src, name):
+    provider = qwix.PtqProvider([qwix.QuantizationRule(module_path=".*", **RULES[name])])
+    model = nnx.clone(src.model)
+    as_einsum_dense(model)
+    x = jnp.zeros((1, 8, src.model_config.d_model), jnp.float32)
     positions = jnp.arange(8, dtype=jnp.int32)[None]
-    model = nnlib.Transformer(src.model_config, rngs=nnx.Rngs(0))  # built eagerly, as Qwix
-    nnx.update(model, nnx.state(src.model))  # expects, then given the trained weights
+    segments = jnp.ones((1, 8), jnp.int32)
+    windows = src.model_config.layer_windows()
+    for i, block in enumerate(model.layers):
+        model.layers[i] = qwix.quantize_model(
+            block,
+            provider,
+            x,
+            positions,
+            segments,
+            attention_fn=model.attention_fn,
+            sliding_window=windows[i],
+            layer=i,
+        )
+    if model.lm_head is not None:
+        model.lm_head = qwix.quantize_model(model.lm_head, provider, x)
+    return model
+
+
+def model_level(src, name, args) -> dict:
     try:
-        q = qwix.quantize_model(model, qwix.PtqProvider(rules), tokens, positions)
+        q = quantize_with_qwix(src, name)
     except Exception as e:  # reported, not hidden: Qwix's own error on this model
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     n, total = int_leaves(q)
-    try:
-        ppl = perplexity_nnx_jit(q, src, args)
-    except Exception as e:
-        ppl = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
-    return {"quantized_leaves": n, "state_bytes": total, "perplexity": ppl}
-
-
-def numerics(src, name, args) -> dict:
-    spec = RULES[name]
-    model = nnx.clone(src.model)
-    qbytes = fbytes = 0
-    try:
-        for _, module in nnlib.iter_modules(model):
-            if not isinstance(module, nnlib.Dense):
-                continue
-            w = module.kernel[...]
-            k = math.prod(module.in_features)
-            tiles = {0: spec["tile_size"]} if "tile_size" in spec else None
-            qa = qwix.quantize(
-                w.reshape(k, -1), spec["weight_qtype"], channelwise_axes=[1], tiled_axes=tiles
-            )
-            qbytes += sum(x.nbytes for x in jax.tree.leaves(qa))
-            fbytes += w.nbytes
-            module.kernel[...] = qwix.dequantize(qa).reshape(w.shape).astype(w.dtype)
-    except Exception as e:
-        return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-    return {
-        "quantized_bytes": qbytes,
-        "float_bytes": fbytes,
-        "perplexity": perplexity(model, src, args),
-    }
+    return {"quantized_leaves": n, "state_bytes": total, "perplexity": perplexity(q, src, args)}
 
 
 def main() -> None:
@@ -115,8 +131,6 @@ def main() -> None:
     out = {"version": qwix.__version__ if hasattr(qwix, "__version__") else "?"}
     for name in RULES:
         out[name] = {"model": model_level(src, name, args)}
-        if name != "w8a8":  # activations need Qwix's interception; see the model row
-            out[name]["numerics"] = numerics(src, name, args)
     print(json.dumps(out))
 
 

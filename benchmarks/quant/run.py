@@ -1,11 +1,11 @@
 """benchmarks/quant: jaxstack-quantlib against Qwix on the same trained weights.
 
 For each run directory (the tiny main-job model, a d=512 model): validation perplexity and
-weight bytes of float32, int8 weight-only, w8a8 (dynamic), int4 (tile 128), nf4 (tile 64) and
-int4 QAT (a few fine-tuning steps with fake quantisation, then PTQ; a float fine-tune of the
-same steps is the control), the Qwix rows from `qwix_side.py` run in a Python with qwix, and
-the CPU decode step time at batch 1 for float32 versus int8 weight-only. Writes results.json
-and results.md next to this file. See README.md for the commands.
+weight bytes of float32, int8 weight-only, w8a8 (dynamic), int4 (tile 128), nf4 (tile 64); the
+same rules applied by Qwix (`qwix_side.py`, run in a Python with qwix); int4 QAT (fine-tuning
+steps with fake quantisation, then PTQ) read against a float fine-tune of the same steps and
+that fine-tune's own int4 PTQ; and the CPU decode step time at batch 1 of float32, int8, int4
+and nf4 weights. Writes results.json and results.md next to this file. See README.md.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from jaxstack import nnlib
 from jaxstack import quantlib as ql
 
 HERE = pathlib.Path(__file__).parent
+DECODE_ROWS = ("int8", "int4", "nf4")
 ROWS = {
     "int8": (ql.QuantRule(".*", "int8"),),
     "w8a8": (ql.QuantRule(".*", "int8", act_qtype="int8"),),
@@ -110,22 +111,31 @@ def bench_model(name: str, run: str, args) -> dict:
     for row, rules in ROWS.items():
         q = ql.quantize(src.model, ql.PtqProvider(rules))
         rows[row] = {"perplexity": perplexity(q, src, args), "bytes": ql.weight_bytes(q)}
-    qat_rules = ROWS["int4"]
-    qat = ql.quantize(fine_tune(src.model, src, args, qat_rules), ql.PtqProvider(qat_rules))
+    # QAT against the same fine-tune without fake quantisation: both train from the same
+    # weights for the same steps, so the trained-for-longer gain cancels (see README).
+    to_int4 = lambda m: ql.quantize(m, ql.PtqProvider(ROWS["int4"]))
     control = fine_tune(src.model, src, args)
-    rows["int4 QAT"] = {"perplexity": perplexity(qat, src, args), "bytes": ql.weight_bytes(qat)}
-    rows["float32 fine-tuned (QAT control)"] = {"perplexity": perplexity(control, src, args)}
-    int8 = ql.quantize(src.model, ql.PtqProvider(ROWS["int8"]))
-    f_times, q_times = [], []
-    for _ in range(args.decode_rounds):  # interleaved, so load drift hits both alike
-        f_times += decode_ms(src.model, src.model_config, args)
-        q_times += decode_ms(int8, src.model_config, args)
-    decode = {
-        "float32_ms": statistics.median(f_times),
-        "int8_ms": statistics.median(q_times),
-        "samples": len(f_times),
+    qat = to_int4(fine_tune(src.model, src, args, ROWS["int4"]))
+    rows["float32 fine-tuned (control)"] = {"perplexity": perplexity(control, src, args)}
+    control_int4 = to_int4(control)
+    rows["int4 PTQ of the control"] = {
+        "perplexity": perplexity(control_int4, src, args),
+        "bytes": ql.weight_bytes(control_int4),
     }
-    decode["float32_over_int8"] = decode["float32_ms"] / decode["int8_ms"]
+    rows["int4 QAT"] = {"perplexity": perplexity(qat, src, args), "bytes": ql.weight_bytes(qat)}
+    base = rows["float32 fine-tuned (control)"]["perplexity"]
+    ptq_loss = rows["int4 PTQ of the control"]["perplexity"] / base - 1
+    qat_loss = rows["int4 QAT"]["perplexity"] / base - 1
+    qat_summary = {"ptq_loss": ptq_loss, "qat_loss": qat_loss, "recovered": 1 - qat_loss / ptq_loss}
+    models = {"float32": src.model} | {
+        row: ql.quantize(src.model, ql.PtqProvider(ROWS[row])) for row in DECODE_ROWS
+    }
+    times = {row: [] for row in models}
+    for _ in range(args.decode_rounds):  # interleaved, so load drift hits every row alike
+        for row, model in models.items():
+            times[row] += decode_ms(model, src.model_config, args)
+    decode = {row: statistics.median(t) for row, t in times.items()}
+    decode["samples"] = len(times["float32"])
     return {
         "run": run,
         "model_config": {
@@ -135,7 +145,8 @@ def bench_model(name: str, run: str, args) -> dict:
         "step": src.step,
         "rows": rows,
         "qwix": qwix_rows(run, args),
-        "decode": decode,
+        "qat": qat_summary,
+        "decode_ms": decode,
     }
 
 
@@ -150,46 +161,44 @@ def fmt_bytes(b) -> str:
 def markdown(results: dict) -> str:
     lines = ["# benchmarks/quant results", "", conditions_markdown(results["conditions"]), ""]
     lines.append(f"Settings: `{json.dumps(results['settings'])}`")
+    st = results["settings"]
     for name, r in results["models"].items():
         fp = r["rows"]["float32"]["perplexity"]
         lines += ["", f"## {name}: {r['model_config']} (run step {r['step']})", ""]
         lines += [
-            "| rule | quantlib perplexity | change | weight bytes | Qwix model-level "
-            "| Qwix numerics perplexity (change) | Qwix numerics bytes |",
+            "| rule | quantlib perplexity | change | weight bytes | Qwix perplexity | change "
+            "| Qwix weight bytes |",
             "|---|---|---|---|---|---|---|",
         ]
         for row, v in r["rows"].items():
             ppl = v["perplexity"]
-            qx = r["qwix"].get(row.split(" ")[0], {}) if row in ROWS else {}
-            model = qx.get("model", {})
-            model_s = (
-                model.get("error")
-                or f"{model.get('quantized_leaves')} narrow leaves, ppl {model.get('perplexity')}"
-                if model
-                else "-"
-            )
-            num = qx.get("numerics", {})
-            num_ppl = (
-                f"{num['perplexity']:.4f} ({(num['perplexity'] / fp - 1) * 100:+.2f}%)"
-                if "perplexity" in num
-                else num.get("error", "-")
-            )
-            num_bytes = (
-                f"{num['float_bytes'] / num['quantized_bytes']:.2f}x smaller"
-                if "quantized_bytes" in num
-                else "-"
-            )
+            qx = r["qwix"].get(row, {}).get("model", {}) if row in ROWS else {}
+            if "perplexity" in qx:
+                qwix_s = (
+                    f"{qx['perplexity']:.4f} | {(qx['perplexity'] / fp - 1) * 100:+.2f}% | "
+                    f"{qx['state_bytes'] / 1e6:.2f} MB"
+                )
+            else:
+                qwix_s = f"{qx.get('error', r['qwix'].get('error', '-'))} | - | -"
             b = fmt_bytes(v["bytes"]) if "bytes" in v else "-"
-            lines.append(
-                f"| {row} | {ppl:.4f} | {(ppl / fp - 1) * 100:+.2f}% | {b} | {model_s} | "
-                f"{num_ppl} | {num_bytes} |"
-            )
-        d = r["decode"]
+            lines.append(f"| {row} | {ppl:.4f} | {(ppl / fp - 1) * 100:+.2f}% | {b} | {qwix_s} |")
+        q = r["qat"]
         lines += [
             "",
-            f"Decode step at batch 1 (median of {d['samples']}): float32 {d['float32_ms']:.3f} ms,"
-            f" int8 weight-only {d['int8_ms']:.3f} ms: int8 is "
-            f"{d['float32_over_int8']:.2f}x the speed of float32.",
+            f"int4 QAT ({st['qat_steps']} steps at lr {st['qat_lr']}): against the float "
+            f"fine-tune of the same steps, int4 PTQ loses {q['ptq_loss'] * 100:+.3f}% and QAT "
+            f"{q['qat_loss'] * 100:+.3f}%: QAT recovers {q['recovered'] * 100:.0f}% of that loss.",
+        ]
+        d = r["decode_ms"]
+        lines += [
+            "",
+            f"Decode step at batch 1 (median of {d['samples']} steps, ms): "
+            + ", ".join(
+                f"{row} {d[row]:.3f}"
+                + ("" if row == "float32" else f" ({d['float32'] / d[row]:.2f}x float32's speed)")
+                for row in ("float32", *DECODE_ROWS)
+            )
+            + ".",
         ]
     return "\n".join(lines) + "\n"
 
@@ -200,7 +209,7 @@ def main() -> None:
     parser.add_argument("--qwix-python", default=None)
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8)
-    parser.add_argument("--qat-steps", type=int, default=10)
+    parser.add_argument("--qat-steps", type=int, default=50)
     parser.add_argument("--qat-lr", type=float, default=2e-4)
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--decode-rounds", type=int, default=3)
