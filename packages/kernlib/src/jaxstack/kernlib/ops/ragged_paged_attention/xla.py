@@ -1,12 +1,124 @@
-"""The XLA implementation: gather each token's pages, masked softmax (the reference)."""
+"""The XLA implementation: query tiles against their sequence's pages, a chunk at a time.
+
+`base.reference` gathers every page of a token's block table for every token: [T, pages *
+page_size, Hkv, D] per layer. With an HF model's 32k-position block tables and a 256-token
+prefill that is gigabytes per step, nearly all of it pages no sequence holds. Here queries are
+grouped into tiles of consecutive rows of one sequence (`base.tiles`, as the Pallas kernels do),
+and a `while_loop` walks the block tables `chunk` pages at a time with an online softmax, only
+as far as the longest live sequence reaches (from the first page a sliding window can see): the
+work and the memory follow the tokens in the cache, not the block tables' width.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
+CHUNK_TOKENS = 256  # cache positions read per loop iteration (per tile)
 
-def run(*arrays, config=None, interpret=False, **options):
-    """`base.reference` on (q, k_pages, v_pages, kv_lens, block_tables, query_start_loc,
-    num_seqs), the arrays in the order `api` passes them; it documents the arguments."""
+
+def run(
+    q,
+    k_pages,
+    v_pages,
+    kv_lens,
+    block_tables,
+    query_start_loc,
+    num_seqs=None,
+    *,
+    config=None,
+    interpret=False,
+    scale: float | None = None,
+    sliding_window: int | None = None,
+    logits_soft_cap: float | None = None,
+):
+    """The arguments are `base`'s (its module docstring documents them)."""
     del config, interpret
-    return base.reference(*arrays, **options)
+    _, hq, d = q.shape
+    num_pages, page_size, hkv, _ = k_pages.shape
+    g = hq // hkv
+    scale = attention_base.default_scale(d, scale)
+    chunk = max(1, CHUNK_TOKENS // page_size)
+    width = -(-block_tables.shape[1] // chunk) * chunk
+    tables = jnp.pad(block_tables, ((0, 0), (0, width - block_tables.shape[1])))
+    groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, sliding_window)
+    q_tiles = groups.q.reshape(*groups.q.shape[:2], hkv, g, d)  # [V, bq, Hkv, g, D]
+    seq_tables = tables[groups.seq]
+    live = groups.last_page >= 0
+    first = jnp.min(jnp.where(live, groups.first_page, width)) // chunk
+    stop = (jnp.max(groups.last_page) + chunk) // chunk  # chunks up to the furthest page read
+    q_pos, q_live = groups.pos[:, :, None], groups.live[:, :, None]
+
+    def body(c, carry):
+        row_max, denom, acc = carry
+        pages = jax.lax.dynamic_slice_in_dim(seq_tables, c * chunk, chunk, axis=1)
+        pages = jnp.clip(pages, 0, num_pages - 1)  # holes are masked below, never used
+        keys = k_pages[pages].reshape(pages.shape[0], chunk * page_size, hkv, d)
+        values = v_pages[pages].reshape(pages.shape[0], chunk * page_size, hkv, d)
+        logits = jnp.einsum("vqhgd,vkhd->vqhgk", q_tiles, keys, preferred_element_type=jnp.float32)
+        logits = attention_base.soft_cap(logits * scale, logits_soft_cap)
+        k_pos = c * chunk * page_size + jnp.arange(chunk * page_size, dtype=jnp.int32)
+        mask = (k_pos <= q_pos) & q_live
+        if sliding_window is not None:
+            mask &= q_pos - k_pos < sliding_window
+        mask = mask[:, :, None, None, :]
+        masked = jnp.where(mask, logits, attention_base.MASK_VALUE)
+        new_max = jnp.maximum(row_max, jnp.max(masked, axis=-1, keepdims=True))
+        unnorm = jnp.where(mask, jnp.exp(masked - new_max), 0.0)
+        rescale = jnp.exp(row_max - new_max)
+        denom = denom * rescale + jnp.sum(unnorm, axis=-1, keepdims=True)
+        acc = acc * rescale + jnp.einsum(
+            "vqhgk,vkhd->vqhgd", unnorm.astype(values.dtype), values,
+            preferred_element_type=jnp.float32,
+        )  # fmt: skip
+        return new_max, denom, acc
+
+    stats = (*q_tiles.shape[:-1], 1)
+    init = (
+        jnp.full(stats, attention_base.MASK_VALUE, jnp.float32),
+        jnp.zeros(stats, jnp.float32),
+        jnp.zeros(q_tiles.shape, jnp.float32),
+    )
+    _, denom, acc = jax.lax.fori_loop(first, stop, body, init)
+    out = acc / jnp.where(denom == 0.0, 1.0, denom)
+    return groups.to_rows(out.reshape(*groups.q.shape)).astype(q.dtype)
+
+
+class QueryGroups(NamedTuple):
+    """Query rows grouped by sequence: V groups of bq rows, each group one sequence's."""
+
+    q: jax.Array  # [V, bq, Hq, D]
+    seq: jax.Array  # [V] the group's sequence
+    pos: jax.Array  # [V, bq] position of each row
+    live: jax.Array  # [V, bq] rows that are real tokens
+    first_page: jax.Array  # [V] first page a row can see (sliding window), else 0
+    last_page: jax.Array  # [V] last page a row can see; -1 for an empty group
+    to_rows: Callable[[jax.Array], jax.Array]  # [V, bq, Hq, D] -> [T, Hq, D]
+
+
+def query_groups(q, kv_lens, query_start_loc, num_seqs, page_size: int, window) -> QueryGroups:
+    """One row per group when the rows are mostly decodes (no padding rows to compute), tiles
+    of 16 rows of one sequence (`base.tiles`) when prefill chunks make up the batch."""
+    t = q.shape[0]
+    if t <= 2 * kv_lens.shape[0]:
+        r = base.token_rows(kv_lens, query_start_loc, num_seqs, t)
+        last = jnp.where(r.active, r.pos // page_size, -1)
+        first = jnp.zeros_like(last)
+        if window is not None:
+            first = jnp.maximum(0, r.pos - (window - 1)) // page_size
+        return QueryGroups(
+            q[:, None], r.seq, r.pos[:, None], r.active[:, None], first, last,
+            lambda out: jnp.where(r.active[:, None, None], out[:, 0], 0),
+        )  # fmt: skip
+    tl = base.tiles(kv_lens, query_start_loc, num_seqs, t, 16, page_size, window)
+    rows = jnp.arange(16, dtype=jnp.int32)[None, :]
+    return QueryGroups(
+        base.gather_tiles(q, tl), tl.seq, tl.pos0[:, None] + rows, rows < tl.rows[:, None],
+        tl.first_page, tl.last_page, lambda out: base.scatter_tiles(out, tl),
+    )  # fmt: skip
