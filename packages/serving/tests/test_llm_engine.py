@@ -12,7 +12,7 @@ import pytest
 from flax import nnx
 
 from jaxstack import datalib, nnlib
-from jaxstack.serving import LLM, SamplingParams
+from jaxstack.serving import LLM, ConfigError, SamplingParams
 from jaxstack.serving._src.llm.model_runner import num_compilations
 
 TOKENIZER = datalib.ByteTokenizer()
@@ -80,6 +80,26 @@ def test_preemption_under_a_small_cache_keeps_greedy_outputs(dense):
     assert small.engine.stats()["num_preemptions"] > 0
     assert got == expected
     assert small.engine.stats()["kv_blocks_used"] == 0
+
+
+def test_a_long_context_model_gets_a_cache_within_its_memory_budget(tiny_lm_config):
+    # HF configs say 32k-128k positions; one full-length cache per running sequence would
+    # take gigabytes before the first request. The budget bounds the cache, and attention
+    # reads only the pages a sequence holds, whatever the block table's width.
+    model = make_model(tiny_lm_config.replace(max_seq_len=131072))
+    budget = 96 * 2**20
+    llm = LLM(model, TOKENIZER, **ENGINE, kv_cache_memory_bytes=budget)
+    runner = llm.engine.runner
+    assert runner.k.nbytes + runner.v.nbytes <= budget
+    assert llm.engine.config.num_blocks - 1 >= 131072 // 16  # one full-length sequence fits
+    outputs = llm.generate(PROMPTS, GREEDY)
+    assert [o.outputs[0].token_ids for o in outputs] == reference_greedy(model, PROMPTS, 12)
+
+
+def test_a_memory_budget_below_one_sequence_is_refused_by_name(tiny_lm_config):
+    model = make_model(tiny_lm_config.replace(max_seq_len=131072))
+    with pytest.raises(ConfigError, match=r"kv_cache_memory_bytes=1048576 .* max_model_len"):
+        LLM(model, TOKENIZER, **ENGINE, kv_cache_memory_bytes=2**20)
 
 
 def test_steady_state_steps_never_recompile(dense):

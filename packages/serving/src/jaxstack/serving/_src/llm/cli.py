@@ -35,7 +35,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-num-seqs", type=int, default=32)
     p.add_argument("--max-num-batched-tokens", type=int, default=256)
     p.add_argument("--block-size", type=int, default=16)
-    p.add_argument("--num-blocks", type=int, help="KV blocks (default: max-num-seqs full contexts)")
+    p.add_argument(
+        "--num-blocks",
+        type=int,
+        help="KV blocks (default: max-num-seqs full contexts within --kv-cache-memory-bytes)",
+    )
+    p.add_argument(
+        "--kv-cache-memory-bytes",
+        type=int,
+        default=4 * 2**30,
+        help="most bytes of K and V cache when --num-blocks is not given (default 4 GiB)",
+    )
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument(
@@ -82,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_model_len=args.max_model_len,
             block_size=args.block_size,
             num_blocks=args.num_blocks,
+            kv_cache_memory_bytes=args.kv_cache_memory_bytes,
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=not args.no_prefix_caching,

@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 from typing import Any
 
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -34,7 +35,10 @@ class EngineConfig:
       max_model_len: longest prompt + output (default: the model's max_seq_len).
       block_size: token slots per KV block.
       num_blocks: KV blocks in the cache (default: room for max_num_seqs full-length
-        sequences, plus the null block).
+        sequences, plus the null block, within kv_cache_memory_bytes).
+      kv_cache_memory_bytes: most bytes the K and V caches take when num_blocks is not given
+        (default 4 GiB, vLLM's CPU default): an HF config's 32k-128k positions would otherwise
+        ask for max_num_seqs full-length caches before the first request.
       max_num_seqs: sequences running at once.
       max_num_batched_tokens: tokens per step (prefill chunks + decodes).
       enable_prefix_caching: reuse the KV of shared prompt prefixes.
@@ -45,6 +49,7 @@ class EngineConfig:
     max_model_len: int | None = None
     block_size: int = 16
     num_blocks: int | None = None
+    kv_cache_memory_bytes: int = 4 * 2**30
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 256
     enable_prefix_caching: bool = True
@@ -62,6 +67,13 @@ class SequenceUpdate:
     finished: bool
 
 
+def kv_block_bytes(model_config: Any, block_size: int) -> int:
+    """Bytes of one KV block: keys and values of block_size tokens in every layer."""
+    c = model_config
+    per_token = c.num_layers * c.num_kv_heads * c.head_dim * jnp.dtype(c.dtype).itemsize
+    return 2 * block_size * per_token
+
+
 class LLMEngine:
     def __init__(
         self, model: nnx.Module, tokenizer: Any = None, config: EngineConfig = EngineConfig()
@@ -69,12 +81,20 @@ class LLMEngine:
         c = config
         max_model_len = c.max_model_len or model.config.max_seq_len
         blocks_per_seq = -(-max_model_len // c.block_size)
-        num_blocks = c.num_blocks or c.max_num_seqs * blocks_per_seq + 1
+        num_blocks = c.num_blocks or min(
+            c.max_num_seqs * blocks_per_seq + 1,
+            c.kv_cache_memory_bytes // kv_block_bytes(model.config, c.block_size),
+        )
         if num_blocks - 1 < blocks_per_seq:
+            limit = (
+                f"num_blocks={num_blocks}"
+                if c.num_blocks
+                else f"kv_cache_memory_bytes={c.kv_cache_memory_bytes} ({num_blocks} blocks)"
+            )
             raise ConfigError(
-                f"num_blocks={num_blocks} cannot hold one sequence of max_model_len="
-                f"{max_model_len} ({blocks_per_seq} blocks of {c.block_size} plus the null "
-                "block); raise num_blocks or lower max_model_len"
+                f"{limit} cannot hold one sequence of max_model_len={max_model_len} "
+                f"({blocks_per_seq} blocks of {c.block_size} plus the null block); raise "
+                f"{limit.split('=')[0]} or lower max_model_len"
             )
         if c.max_num_batched_tokens < c.max_num_seqs:
             raise ConfigError(

@@ -29,7 +29,8 @@ class LLM:
         or the run's configured tokenizer). Without one, prompts must be token ids and
         outputs have no text.
       **engine_options: fields of `EngineConfig` (max_num_seqs, max_num_batched_tokens,
-        block_size, num_blocks, max_model_len, enable_prefix_caching, max_logprobs, seed).
+        block_size, num_blocks, kv_cache_memory_bytes, max_model_len, enable_prefix_caching,
+        max_logprobs, seed).
 
     Example:
       >>> llm = LLM("runs/my-run")
