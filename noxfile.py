@@ -29,7 +29,8 @@ nox.options.reuse_existing_virtualenvs = False
 nox.options.sessions = ["lint", "layers", "versions", "tests", "integration(backend='cpu')"]
 
 PACKAGES = [p.folder for p in all_packages()]
-PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900"]
+# --durations: every CI log says which tests take the time budget.
+PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900", "--durations=8"]
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
 # The scenario asks the LLM server through the official client, as a user would.
 INTEGRATION_TOOLS = [*TEST_TOOLS, "openai"]
