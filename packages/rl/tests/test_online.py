@@ -13,7 +13,7 @@ import yaml
 from flax import nnx
 
 from jaxstack import nnlib, rl
-from jaxstack.rl._src.encode import Encoder, build_chat_template
+from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
 from jaxstack.rl._src.policy import build_policy
 from jaxstack.rl._src.rollout import EngineSampler
 from jaxstack.trainer import read_jsonl
@@ -52,6 +52,36 @@ def test_engine_greedy_follows_handed_off_weights(tiny):
     assert after == reference(moved)
     assert after != before
     assert sampler.greedy(policy.params, prompts, 8) == before  # and back again
+
+
+def test_scored_log_probs_are_those_of_the_sampling_temperature(tiny):
+    """GRPO and PPO score rollouts with token_logprobs at rollout.temperature: its
+    probabilities must be the frequencies the engine samples with at that temperature."""
+    policy = build_policy(rl.load_config("grpo", None, tiny))
+    sharpen = lambda kp, x: x * 20.0 if nnlib.param_path(kp) == "lm_head/kernel" else x
+    params = jax.tree_util.tree_map_with_path(sharpen, policy.params)
+    prompt = Encoder(policy.tokenizer, build_chat_template(None)).prompt("12+34=")
+    vocab = policy.model.config.vocab_size
+    rows = sequence_batch(
+        [prompt] * vocab,
+        [np.array([v], np.int32) for v in range(vocab)],
+        len(prompt) + 1,
+        policy.tokenizer.pad_id,
+    )
+
+    def probs(temperature):
+        """The model's next-token distribution after the prompt, one row per token."""
+        logps = rl.token_logprobs(policy.apply, params, rows, temperature=temperature)
+        return np.exp(np.asarray(logps)[:, len(prompt) - 1])
+
+    sampler = EngineSampler(policy, max_model_len=16, max_num_seqs=256, seed=0)
+    sampler.update_weights(params)
+    n = 4000
+    done = sampler.sample([prompt], n=n, max_new_tokens=1, temperature=0.5, top_k=None, iteration=0)
+    freq = np.bincount([int(t[0]) for t in done.token_ids], minlength=vocab) / n
+    assert probs(0.5).sum() == pytest.approx(1.0, abs=1e-4)
+    assert np.abs(freq - probs(0.5)).max() < 0.03  # a frequency's std is <= 0.008 here
+    assert np.abs(freq - probs(1.0)).max() > 0.1  # unscaled log-probs would be off-policy
 
 
 REWARDS_MODULE = """

@@ -3,7 +3,8 @@
 Problems are generated deterministically from a seed (`"57+38="` -> `"95"`), so a run is
 repeatable and a held-out set never overlaps the training set (`split` draws them from one
 stream and dedups). `exact_answer` is the reward: 1.0 when the completion, stripped, is exactly
-the answer, else 0.0; it recomputes the answer from the prompt, so it needs no stored label.
+the answer, else 0.0; `digit_credit` gives partial credit per correct digit. Both recompute the
+answer from the prompt, so they need no stored label.
 """
 
 from __future__ import annotations
@@ -48,6 +49,20 @@ def answer(prompt: str) -> str:
 def exact_answer(prompt: str, completion: str) -> float:
     """Reward: 1.0 if the completion is exactly the answer (surrounding spaces ignored)."""
     return 1.0 if completion.strip() == answer(prompt) else 0.0
+
+
+def digit_credit(prompt: str, completion: str) -> float:
+    """Partial credit: the share of the answer's digits the completion has right, aligned at
+    the units digit, out of the longer of the two (so a missing or extra digit costs one).
+
+    A completion that is not a plain number scores 0. Exact answers score 1, near misses in
+    between: a group of completions that are all wrong still has a best one to learn from.
+    """
+    got, want = completion.strip(), answer(prompt)
+    if not got.isdigit():
+        return 0.0
+    width = max(len(got), len(want))
+    return sum(g == w for g, w in zip(got.rjust(width), want.rjust(width), strict=True)) / width
 
 
 def _number(rng: np.random.Generator, digits: int) -> int:

@@ -244,7 +244,6 @@ def _check_values(config: RLConfig) -> None:
     non_negative = {
         "dpo.beta": config.dpo.beta,
         "orpo.beta": config.orpo.beta,
-        "rollout.temperature": config.rollout.temperature,
         "grpo.clip_eps": config.grpo.clip_eps,
         "grpo.kl_coef": config.grpo.kl_coef,
         "ppo.kl_coef": config.ppo.kl_coef,
@@ -253,6 +252,11 @@ def _check_values(config: RLConfig) -> None:
     for key, value in non_negative.items():
         if not value >= 0:
             raise ConfigError(f"{key} must be >= 0, got {value}")
+    if not config.rollout.temperature > 0:
+        raise ConfigError(
+            f"rollout.temperature must be > 0 (GRPO and PPO learn from sampled completions), "
+            f"got {config.rollout.temperature}"
+        )
     if not 0.0 <= config.dpo.label_smoothing < 0.5:
         raise ConfigError(
             f"dpo.label_smoothing must be in [0, 0.5), got {config.dpo.label_smoothing}"

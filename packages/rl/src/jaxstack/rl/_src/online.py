@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import grain
@@ -121,18 +122,6 @@ class Rollouter:
         return Rollouts(batch, rewards, valid, metrics)
 
 
-def _scores(policy: Policy) -> Callable[..., Any]:
-    """Jitted log-probs of the rows under the current and the reference params."""
-
-    @jax.jit
-    def scores(params, ref_params, batch):
-        return token_logprobs(policy.apply, params, batch), token_logprobs(
-            policy.apply, ref_params, batch
-        )
-
-    return scores
-
-
 Evaluate = Callable[[int, Callable[[Sequence[str]], list[str]]], dict[str, float]]
 
 
@@ -178,14 +167,17 @@ class GrpoUpdate:
         self.policy = policy
         self.tx = optimizer(config, policy.params)
         self.ref_params = policy.params
-        self.scores = _scores(policy)
-        g = config.grpo
+        g, temperature = config.grpo, config.rollout.temperature
+        # One update per batch is on-policy: the sampling policy is the one being updated, so
+        # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
+        self.on_policy = g.updates_per_iteration == 1
+        self.logprobs = jax.jit(partial(token_logprobs, policy.apply, temperature=temperature))
 
         def loss_fn(params, batch):
-            logps = token_logprobs(policy.apply, params, batch)
+            logps = token_logprobs(policy.apply, params, batch, temperature)
             return losses.grpo_loss(
                 logps,
-                batch["old_logps"],
+                jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
                 batch["ref_logps"],
                 batch["advantages"],
                 batch["loss_mask"],
@@ -207,10 +199,10 @@ class GrpoUpdate:
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
         batch = {k: jnp.asarray(v) for k, v in rollouts.batch.items()}
-        old_logps, ref_logps = self.scores(state["params"], self.ref_params, batch)
+        batch["ref_logps"] = self.logprobs(self.ref_params, batch)
+        if not self.on_policy:
+            batch["old_logps"] = self.logprobs(state["params"], batch)
         batch.update(
-            old_logps=old_logps,
-            ref_logps=ref_logps,
             advantages=losses.group_advantages(
                 jnp.asarray(rollouts.rewards),
                 self.config.rollout.group_size,
@@ -221,7 +213,20 @@ class GrpoUpdate:
             state, metrics = self.train_step(state, batch)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         metrics["update_s"] = time.perf_counter() - t
+        metrics["zero_advantage_groups"] = zero_advantage_share(
+            rollouts.rewards, rollouts.valid, self.config.rollout.group_size
+        )
         return state, {**rollouts.metrics, **metrics}
+
+
+def zero_advantage_share(rewards: np.ndarray, valid: np.ndarray, group_size: int) -> float:
+    """Share of prompts whose completions all scored the same: their advantages are zero, so
+    they add nothing to the update (a run where this stays near 1 is not learning)."""
+    kept = (valid > 0).reshape(-1, group_size)
+    groups = rewards.reshape(-1, group_size)
+    highest = np.where(kept, groups, -np.inf).max(axis=1)
+    lowest = np.where(kept, groups, np.inf).min(axis=1)
+    return float(np.mean(~(highest > lowest)))
 
 
 def grpo(
@@ -260,14 +265,14 @@ class PpoUpdate:
         self.tx = optimizer(config, self.params)
         hidden_states = policy.apply.method("hidden_states")
         unembed = policy.apply.method("unembed")
-        p = config.ppo
+        p, temperature = config.ppo, config.rollout.temperature
 
         def forward(params, batch):
             """(token log-probs, values), both [B, T]."""
             x, _, _ = hidden_states(
                 params["policy"], batch["tokens"], batch["positions"], batch["segment_ids"]
             )
-            logits = unembed(params["policy"], x).astype(jnp.float32)
+            logits = unembed(params["policy"], x).astype(jnp.float32) / temperature
             logps = jnp.take_along_axis(
                 jax.nn.log_softmax(logits), batch["targets"][..., None], axis=-1
             )[..., 0]
@@ -278,7 +283,7 @@ class PpoUpdate:
         def prepare(params, ref_params, batch, scores):
             """Old log-probs and values, KL-penalised token rewards, GAE advantages."""
             logps, values = forward(params, batch)
-            ref_logps = token_logprobs(policy.apply, ref_params, batch)
+            ref_logps = token_logprobs(policy.apply, ref_params, batch, temperature)
             mask = batch["loss_mask"]
             last = jnp.argmax(jnp.cumsum(mask, axis=1), axis=1)  # last completion token
             rewards = -p.kl_coef * (logps - ref_logps) * mask

@@ -1,0 +1,45 @@
+"""The built-in arithmetic task: problems, answers and the rewards GRPO learns from."""
+
+import numpy as np
+import pytest
+
+from jaxstack import rl
+from jaxstack.rl._src.online import zero_advantage_share
+
+
+def test_split_is_deterministic_disjoint_and_sized():
+    d = rl.arithmetic.Difficulty(add_digits=2, mul_digits=2, mul_small_digits=1, mul_share=0.5)
+    train, held = rl.arithmetic.split(300, 100, seed=3, difficulty=d)
+    assert (train, held) == rl.arithmetic.split(300, 100, seed=3, difficulty=d)
+    assert len(set(train)) == 300 and len(set(held)) == 100
+    assert not set(train) & set(held)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "completion", "exact", "credit"),
+    [
+        ("57+38=", "95", 1.0, 1.0),
+        ("57+38=", " 95 ", 1.0, 1.0),  # surrounding spaces do not count
+        ("57+38=", "96", 0.0, 0.5),  # tens right, units wrong
+        ("57+38=", "5", 0.0, 0.5),  # units right, the tens digit missing
+        ("56*7=", "302", 0.0, 2 / 3),  # 392: hundreds and units right
+        ("56*7=", "1392", 0.0, 3 / 4),  # one digit too many
+        ("56*7=", "39", 0.0, 0.0),  # aligned at the units: 39 vs 92 shares no digit
+        ("56*7=", "3a2", 0.0, 0.0),  # not a number
+        ("56*7=", "", 0.0, 0.0),
+    ],
+)
+def test_exact_answer_and_digit_credit(prompt, completion, exact, credit):
+    assert rl.arithmetic.exact_answer(prompt, completion) == exact
+    assert rl.arithmetic.digit_credit(prompt, completion) == pytest.approx(credit)
+
+
+def test_zero_advantage_share_counts_groups_without_spread():
+    rewards = np.array([1, 1, 1, 0, 0, 0, 2, 2, 5, 0, 0, 0], np.float32)
+    valid = np.array([1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1], np.float32)
+    # groups of 3: [1 1 1] none; [0 0 0] none; [2 2 (5 skipped)] none; [0 0 0] none
+    assert zero_advantage_share(rewards, valid, 3) == 1.0
+    # groups of 4: [1 1 1 0] spread; [0 0 2 2] spread; [(5) 0 0 0] none
+    assert zero_advantage_share(rewards, valid, 4) == pytest.approx(1 / 3)
+    # groups of 2 with every reward valid: [1 1] [1 0] [0 0] [2 2] [5 0] [0 0]
+    assert zero_advantage_share(rewards, np.ones_like(valid), 2) == pytest.approx(4 / 6)
