@@ -76,7 +76,9 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_processes(run_dir: pathlib.Path, steps: int, deadline: float) -> list[tuple[int, str]]:
+def _two_processes(
+    run_dir: pathlib.Path, steps: int, deadline: float, *extra: str
+) -> list[tuple[int, str]]:
     """(status, output) of both workers. Another program may take the free port between
     `_free_port` and the coordinator's bind; then the pair is started again on a new port."""
     worker = str(SCRIPTS / "multihost_worker.py")
@@ -84,7 +86,7 @@ def _two_processes(run_dir: pathlib.Path, steps: int, deadline: float) -> list[t
         port = _free_port()
         procs = [
             subprocess.Popen(
-                [sys.executable, worker, str(i), str(port), str(run_dir), str(steps)],
+                [sys.executable, worker, str(i), str(port), str(run_dir), str(steps), *extra],
                 env=_env(),
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
@@ -145,6 +147,23 @@ def test_two_processes_match_one_process(tmp_path, deadline):
         b = m.restore()
     for x, y in zip(jax.tree.leaves(a.state), jax.tree.leaves(b.state), strict=True):
         np.testing.assert_allclose(x, y, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.multiprocess
+def test_sigterm_to_one_process_stops_every_process_at_one_step_with_its_checkpoint(
+    tmp_path, deadline
+):
+    # Process 1 alone is told to stop after step 3. Saving is collective: if it saved and
+    # left while process 0 went on to step 4, both would wait for each other until killed.
+    results = _two_processes(tmp_path, 8, deadline, "3")
+    for i, (status, out) in enumerate(results):
+        assert status == 0, out[-3000:]
+        assert f"PROCESS {i} STOPPED by SIGTERM at step 3" in out, out[-3000:]
+    from jaxstack import ckptlib
+
+    with ckptlib.CheckpointManager(tmp_path / "checkpoints", read_only=True) as m:
+        assert m.all_steps() == [3]
+        assert m.restore().step == 3
 
 
 def test_sigkill_then_resume_is_bitwise_identical(tmp_path, deadline):

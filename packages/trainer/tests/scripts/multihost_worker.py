@@ -1,5 +1,10 @@
-"""One process of a 2-process CPU run: argv = process_id, port, run_dir, steps."""
+"""One process of a 2-process CPU run: argv = process_id, port, run_dir, steps[, term_at].
 
+With `term_at`, process 1 alone sends itself SIGTERM after that step (a preemption notice that
+reaches one host of a job first)."""
+
+import os
+import signal
 import sys
 
 import jax
@@ -21,6 +26,17 @@ config = load_config(
         "log.sample_tokens=0",
     ],
 )
-result = train(config)
-print(f"PROCESS {process_id} DONE step {result.step} eval {result.eval['eval_loss']:.6f}")
+term_at = int(sys.argv[5]) if len(sys.argv) > 5 else None
+
+
+def preempt_process_1(step, state, metrics):
+    if process_id == 1 and step == term_at:
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+result = train(config, callbacks=[preempt_process_1])
+if result.stopped:
+    print(f"PROCESS {process_id} STOPPED by {result.stopped} at step {result.step}")
+else:
+    print(f"PROCESS {process_id} DONE step {result.step} eval {result.eval['eval_loss']:.6f}")
 jax.distributed.shutdown()

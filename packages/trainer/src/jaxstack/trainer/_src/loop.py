@@ -127,7 +127,7 @@ def _run(
     STOP.deferred = STOP.deferred or save_on_stop
     try:
         _steps(config, s, log, tracker, callbacks, train_step, eval_step, p)
-        if STOP.requested:
+        if STOP.agreed():
             return _stop(config, s, log, tracker, p)
         return _finish(config, s, log, tracker, eval_step, p)
     except Stopped as e:
@@ -159,7 +159,7 @@ def _finish(
                 s.save(p.step, p.state, p.data_states, p.history[-1] if p.history else {})
                 p.last_saved = p.step
             s.manager.wait()
-    if STOP.requested:
+    if STOP.agreed():
         return _stop(config, s, log, tracker, p)
     with tracker.measure("eval"):
         sample = s.sample(p.state["params"])
@@ -197,7 +197,7 @@ def _steps(
     profiler = extras.step_profiler(config, s.run_dir) if s.is_chief else None
     log.start(p.step)
     try:
-        while p.step < config.train.steps and not STOP.requested:
+        while p.step < config.train.steps and not STOP.agreed():
             with tracker.measure("data_wait"):
                 batch, p.data_states = prefetch.next()
             t = time.perf_counter()

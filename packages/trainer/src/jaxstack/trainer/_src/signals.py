@@ -74,6 +74,22 @@ class StopSignals:
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
         self._previous = {}
 
+    def agreed(self) -> bool:
+        """Whether any process of the run was asked to stop; every process must call it at the
+        same step. Saving is collective: a process that saved and left alone while the others
+        went on to the next step would leave them all waiting for each other. A signal one
+        process received is adopted by the rest, so all stop (and save) at the same step."""
+        import jax  # not at module level: the CLI installs the handler before JAX loads
+        import numpy as np
+        from jax.experimental import multihost_utils
+
+        if jax.process_count() == 1:
+            return self.requested
+        signums = multihost_utils.process_allgather(np.int32(self.signum or 0))
+        if self.signum is None and int(np.max(signums)):
+            self.signum = int(np.max(signums))
+        return self.requested
+
     def _handle(self, signum: int, frame: Any) -> None:
         again = self.signum is not None
         self.signum = signum
