@@ -210,7 +210,7 @@ def main() -> None:
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--qat-steps", type=int, default=50)
-    parser.add_argument("--qat-lr", type=float, default=2e-4)
+    parser.add_argument("--qat-lr", type=float, default=3e-5)
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--decode-rounds", type=int, default=3)
     parser.add_argument("--out", default=str(HERE))
