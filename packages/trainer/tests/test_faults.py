@@ -104,3 +104,31 @@ def test_sigterm_mid_run_saves_the_step_reached_exits_143_and_resumes(tmp_path):
     assert resumed.step == step + 2 and resumed.stopped is None
     first = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train"][step]
     assert first["step"] == step + 1  # the first step after the saved one, not step 1 again
+
+
+def test_a_startup_signal_swallowed_by_a_callback_still_stops_before_the_first_step(tmp_path):
+    # Python runs a signal handler wherever the main thread is; inside a weakref callback (as
+    # importlib's module locks use during JAX's import) the handler's `Stopped` is "ignored" by
+    # the interpreter: a traceback on stderr, and start-up went on to train. The stop must
+    # still happen before the first step, with nothing saved and no traceback.
+    script = f"""
+import signal, weakref
+from jaxstack.trainer import load_config, train
+from jaxstack.trainer._src.signals import STOP
+STOP.install()
+
+class Module:
+    pass
+
+m = Module()
+guard = weakref.ref(m, lambda _: signal.raise_signal(signal.SIGINT))
+del m  # the handler raises inside the callback, where Python swallows the exception
+train(load_config("test", ["log.run_dir={tmp_path / "run"}", "train.steps=3"]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "Traceback" in proc.stderr and "Stopped: SIGINT" in proc.stderr.splitlines()[-1]
+    assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
+    assert list((tmp_path / "run" / "checkpoints").iterdir()) == []  # nothing saved

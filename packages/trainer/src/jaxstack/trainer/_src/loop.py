@@ -124,6 +124,7 @@ def _run(
     p = _Progress(s.start_step, s.state, s.data_states, s.start_step if s.restored else -1)
     save_on_stop = s.manager is not None and config.checkpoint.on_preemption
     # From here a stop signal waits for the step boundary, where the step reached is saved.
+    STOP.raise_if_requested()
     STOP.deferred = STOP.deferred or save_on_stop
     try:
         _steps(config, s, log, tracker, callbacks, train_step, eval_step, p)

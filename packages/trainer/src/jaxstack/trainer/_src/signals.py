@@ -15,6 +15,7 @@ signal during the seconds of start-up is answered too.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -67,7 +68,16 @@ class StopSignals:
         self.signum, self.deferred = None, False
         for sig in SIGNALS:
             self._previous[sig] = signal.signal(sig, self._handle)
+        if not isinstance(sys.unraisablehook, _QuietStopped):
+            sys.unraisablehook = _QuietStopped(sys.unraisablehook)
         return True
+
+    def raise_if_requested(self) -> None:
+        """Raises `Stopped` for a signal whose `Stopped` Python swallowed: a handler that runs
+        inside a finalizer or weakref callback (importlib's module locks during JAX's import)
+        cannot propagate. Called where start-up ends, before the first step."""
+        if self.signum is not None:
+            raise Stopped(self.signum)
 
     def uninstall(self) -> None:
         for sig, previous in self._previous.items():
@@ -95,6 +105,18 @@ class StopSignals:
         self.signum = signum
         if again or not self.deferred:
             raise Stopped(signum)
+
+
+class _QuietStopped:
+    """`sys.unraisablehook` that drops a swallowed `Stopped` (its signal is kept in `STOP` and
+    raised again by `raise_if_requested`) instead of printing a traceback."""
+
+    def __init__(self, previous: Any) -> None:
+        self.previous = previous
+
+    def __call__(self, unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Stopped):
+            self.previous(unraisable)
 
 
 # The process-wide handler: the CLI installs it first thing; `train()` reuses it.
