@@ -21,6 +21,7 @@ from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
 CHUNK_TOKENS = 256  # cache positions read per loop iteration (per tile)
+BLOCK_Q = 16  # rows per prefill tile
 
 
 def run(
@@ -104,7 +105,7 @@ class QueryGroups(NamedTuple):
 
 def query_groups(q, kv_lens, query_start_loc, num_seqs, page_size: int, window) -> QueryGroups:
     """One row per group when the rows are mostly decodes (no padding rows to compute), tiles
-    of 16 rows of one sequence (`base.tiles`) when prefill chunks make up the batch."""
+    of BLOCK_Q rows of one sequence (`base.tiles`) when prefill chunks make up the batch."""
     t = q.shape[0]
     if t <= 2 * kv_lens.shape[0]:
         r = base.token_rows(kv_lens, query_start_loc, num_seqs, t)
@@ -116,8 +117,8 @@ def query_groups(q, kv_lens, query_start_loc, num_seqs, page_size: int, window) 
             q[:, None], r.seq, r.pos[:, None], r.active[:, None], first, last,
             lambda out: jnp.where(r.active[:, None, None], out[:, 0], 0),
         )  # fmt: skip
-    tl = base.tiles(kv_lens, query_start_loc, num_seqs, t, 16, page_size, window)
-    rows = jnp.arange(16, dtype=jnp.int32)[None, :]
+    tl = base.tiles(kv_lens, query_start_loc, num_seqs, t, BLOCK_Q, page_size, window)
+    rows = jnp.arange(BLOCK_Q, dtype=jnp.int32)[None, :]
     return QueryGroups(
         base.gather_tiles(q, tl), tl.seq, tl.pos0[:, None] + rows, rows < tl.rows[:, None],
         tl.first_page, tl.last_page, lambda out: base.scatter_tiles(out, tl),

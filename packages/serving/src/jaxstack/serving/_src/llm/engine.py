@@ -86,15 +86,15 @@ class LLMEngine:
             c.kv_cache_memory_bytes // kv_block_bytes(model.config, c.block_size),
         )
         if num_blocks - 1 < blocks_per_seq:
-            limit = (
-                f"num_blocks={num_blocks}"
+            option, setting = (
+                ("num_blocks", num_blocks)
                 if c.num_blocks
-                else f"kv_cache_memory_bytes={c.kv_cache_memory_bytes} ({num_blocks} blocks)"
+                else ("kv_cache_memory_bytes", f"{c.kv_cache_memory_bytes} ({num_blocks} blocks)")
             )
             raise ConfigError(
-                f"{limit} cannot hold one sequence of max_model_len={max_model_len} "
+                f"{option}={setting} cannot hold one sequence of max_model_len={max_model_len} "
                 f"({blocks_per_seq} blocks of {c.block_size} plus the null block); raise "
-                f"{limit.split('=')[0]} or lower max_model_len"
+                f"{option} or lower max_model_len"
             )
         if c.max_num_batched_tokens < c.max_num_seqs:
             raise ConfigError(
