@@ -53,10 +53,19 @@ def main() -> None:
                             "round": rnd + 1,
                             "variant": label,
                             "tokens_per_sec": out["tokens_per_sec"],
+                            "host_allocator": out["host_allocator"],
+                            "host_allocator_trial_step_s": out["host_allocator_trial_step_s"],
                             "command": " ".join(cmd),
                         }
                     )
-                    print(case_name, rnd + 1, label, f"{out['tokens_per_sec']:,.0f}", flush=True)
+                    print(
+                        case_name,
+                        rnd + 1,
+                        label,
+                        f"{out['tokens_per_sec']:,.0f}",
+                        out["host_allocator"],
+                        flush=True,
+                    )
     meta = conditions.as_dict() | {"steps": args.steps, "rounds": args.rounds}
     lines = [
         f"{args.steps} steps per run (median tokens/s after the first two), fp32, batch 8 x 256, "
@@ -64,22 +73,32 @@ def main() -> None:
         f"`{labels[0]}` within each round.",
         "",
         "| case | variant | settings | tokens/s per round | median ratio to "
-        f"{labels[0]} | ratio per round |",
-        "|---|---|---|---|---:|---|",
+        f"{labels[0]} | ratio per round | host allocator per round |",
+        "|---|---|---|---|---:|---|---|",
     ]
     for case_name in args.cases.split(","):
-        by = {
-            (r["round"], r["variant"]): r["tokens_per_sec"] for r in runs if r["case"] == case_name
-        }
+        by = {(r["round"], r["variant"]): r for r in runs if r["case"] == case_name}
+        rounds = range(1, args.rounds + 1)
         for label in labels:
-            per_round = [by[(k, label)] for k in range(1, args.rounds + 1)]
-            ratios = [by[(k, label)] / by[(k, labels[0])] for k in range(1, args.rounds + 1)]
+            per_round = [by[(k, label)]["tokens_per_sec"] for k in rounds]
+            ratios = [
+                t / by[(k, labels[0])]["tokens_per_sec"]
+                for k, t in zip(rounds, per_round, strict=True)
+            ]
+            allocators = " / ".join(by[(k, label)]["host_allocator"] for k in rounds)
             lines.append(
                 f"| {case_name} | {label} | `{' '.join(variants[label]) or '(none)'}` | "
                 f"{' / '.join(f'{t:,.0f}' for t in per_round)} | "
-                f"{statistics.median(ratios):.2f}x | {' / '.join(f'{x:.2f}' for x in ratios)} |"
+                f"{statistics.median(ratios):.2f}x | {' / '.join(f'{x:.2f}' for x in ratios)} | "
+                f"{allocators} |"
             )
-    lines += ["", f"Command of the first run: `{runs[0]['command']}`"]
+    lines += [
+        "",
+        "With `auto`, a run of 40 or more steps times its first 12 steps under each setting (4 "
+        "timed steps each) and keeps the faster; its tokens/s is the median after those 12.",
+        "",
+        f"Command of the first run: `{runs[0]['command']}`",
+    ]
     payload = {"variants": variants, "runs": runs}
     print(write_results(args.name, meta, payload, f"jaxstack-train A/B: {args.name}", lines))
 

@@ -184,7 +184,13 @@ def run_jax(
         lines = pathlib.Path(d, "run", "metrics.jsonl").read_text().splitlines()
         recs = [json.loads(x) for x in lines]
     s = [r for r in recs if r["kind"] == "summary"][-1]
-    out = {"tokens_per_sec": s["median_tokens_per_sec"], "final_loss": s["final_loss"]}
+    out = {
+        "tokens_per_sec": s["median_tokens_per_sec"],
+        "final_loss": s["final_loss"],
+        # What the run used; with `auto` in a run of 40+ steps, what its trial chose and why.
+        "host_allocator": s["host_allocator"],
+        "host_allocator_trial_step_s": s.get("host_allocator_trial_step_s"),
+    }
     return out, cmd
 
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from jaxstack.trainer import DataError, load_config, main, read_jsonl, train
+from jaxstack.xprof_lite import choose_host_allocator
 
 STEP_KEYS = {"loss", "learning_rate", "grad_norm", "tokens_per_sec", "step_time_s", "mfu"}
 
@@ -188,3 +189,20 @@ def test_resuming_a_run_past_train_steps_is_one_line_exit_2(run, capsys):
     assert err.count("\n") == 1
     assert "already at step 20, past train.steps=10; raise train.steps" in err
     assert sorted(p.name for p in result.run_dir.rglob("*")) == before
+
+
+def test_auto_host_allocator_is_measured_in_a_long_run_and_guessed_in_a_short_one(
+    tmp_path, run, capsys
+):
+    _config, short = run
+    assert short.summary["host_allocator"] == choose_host_allocator()
+    assert "host_allocator_trial_step_s" not in short.summary
+    config = load_config(
+        "test",
+        [f"log.run_dir={tmp_path}", "train.steps=40", "checkpoint.every=40", "eval.every=40"],
+    )
+    summary = train(config).summary
+    trial = summary["host_allocator_trial_step_s"]
+    assert {mode: len(times) for mode, times in trial.items()} == {"system": 4, "retain": 4}
+    assert summary["host_allocator"] in trial
+    assert f"host allocator: {summary['host_allocator']} (median step: " in capsys.readouterr().out

@@ -1,5 +1,6 @@
 """The host CPU description and the host-allocator setting chosen from it."""
 
+import json
 import subprocess
 import sys
 import textwrap
@@ -71,3 +72,61 @@ def test_host_cpu_reads_the_vector_flags():
 def test_unknown_allocator_mode_is_refused():
     with pytest.raises(xprof_lite.Error, match="'mmap' is not one of auto, retain, system"):
         xprof_lite.set_host_allocator("mmap")
+
+
+# Drives a HostAllocatorTrial from a worker thread, with the page faults of a 64 MiB round as the
+# "step time": the trial must really switch between mmapping the buffer afresh and keeping it.
+TRIAL_SCRIPT = textwrap.dedent(
+    """
+    import ctypes, json, resource, threading
+    from jaxstack.xprof_lite import HostAllocatorTrial
+    trial = HostAllocatorTrial(rounds=2, steps_per_block=2)
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    size = 64 << 20
+    def run():
+        libc.free(libc.malloc(100))  # the thread takes its arena before the trial starts
+        while not trial.done:
+            trial.before_step()
+            before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+            ptr = libc.malloc(size)
+            ctypes.memset(ptr, 1, size)
+            libc.free(ptr)
+            faults = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+            trial.after_step(faults / (size / resource.getpagesize()))
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    print(json.dumps({"steps": trial.steps, "choice": trial.choice, "times": trial.step_times}))
+    """
+)
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc only")
+def test_trial_switches_the_allocator_at_run_time_and_keeps_the_faster():
+    out = subprocess.run(
+        [sys.executable, "-c", TRIAL_SCRIPT], check=True, capture_output=True, text=True
+    ).stdout
+    result = json.loads(out)
+    assert result["steps"] == 12  # 2 rounds x 2 settings x (1 settling + 2 timed)
+    # System mmaps the buffer afresh: about a fault per page each step; retain reuses it.
+    assert all(f > 0.5 for f in result["times"]["system"]), result
+    assert all(f < 0.05 for f in result["times"]["retain"]), result
+    assert len(result["times"]["retain"]) == 4
+    assert result["choice"] == "retain"
+
+
+@pytest.mark.skipif(not ON_GLIBC, reason="glibc only")
+def test_trial_decides_by_median_so_one_slow_step_does_not_decide():
+    trial = xprof_lite.HostAllocatorTrial(rounds=2, steps_per_block=2)
+    # Each setting's timed steps in order; system has one step slowed by something else.
+    times = {"system": iter([1.0, 9.0, 1.0, 1.0]), "retain": iter([1.5] * 4)}
+    plan = ["system"] * 3 + ["retain"] * 3 + ["retain"] * 3 + ["system"] * 3
+    for i, mode in enumerate(plan):
+        assert not trial.done
+        trial.before_step()
+        settling = i % 3 == 0
+        trial.after_step(100.0 if settling else next(times[mode]))
+    assert trial.done and trial.choice == "system"
+    assert trial.step_times == {"system": [1.0, 9.0, 1.0, 1.0], "retain": [1.5] * 4}

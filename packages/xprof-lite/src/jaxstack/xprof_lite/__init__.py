@@ -25,6 +25,7 @@ from jaxstack.xprof_lite._src.cost import CATEGORIES
 from jaxstack.xprof_lite._src.errors import Error
 from jaxstack.xprof_lite._src.machine import (
     HOST_ALLOCATORS,
+    HostAllocatorTrial,
     HostCPU,
     choose_host_allocator,
     host_cpu,
@@ -70,6 +71,7 @@ __all__ = [
     "Capture",
     "DevicePeak",
     "Error",
+    "HostAllocatorTrial",
     "HostCPU",
     "LiveArray",
     "OpProfile",

@@ -94,7 +94,8 @@ class TrainSection:
     compile_cache: str | None = "~/.cache/jaxstack/jax"
     # "retain": glibc keeps freed host memory for the next step instead of unmapping it (XLA:CPU's
     # per-step buffers otherwise page-fault back in every step); "system": leave malloc alone;
-    # "auto": whichever measured faster on this kind of CPU (xprof-lite's set_host_allocator).
+    # "auto": a run of 40+ steps times its first 12 steps under each and keeps the faster
+    # (xprof-lite's HostAllocatorTrial); a shorter run takes the CPU flags' guess.
     host_allocator: str = "auto"
 
 

@@ -30,7 +30,7 @@ from jaxstack.trainer._src.metrics_log import MetricsLog
 from jaxstack.trainer._src.report import write_report
 from jaxstack.trainer._src.session import Session, build_session
 from jaxstack.trainer._src.signals import STOP, Stopped
-from jaxstack.xprof_lite import set_host_allocator
+from jaxstack.xprof_lite import HostAllocatorTrial, set_host_allocator
 
 Callback = Callable[[int, dict[str, Any], dict[str, float]], None]
 
@@ -65,6 +65,8 @@ class _Progress:
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
     eval_metrics: dict[str, float] | None = None
     diverged: bool = False
+    allocator_trial: HostAllocatorTrial | None = None
+    host_allocator: str = "system"
 
 
 def train(
@@ -82,7 +84,7 @@ def train(
     evaluation, sample or report.
     """
     tracker = GoodputTracker(start_time)
-    set_host_allocator(config.train.host_allocator)
+    trial, allocator = _host_allocator(config)
     own_handler = config.checkpoint.on_preemption and not STOP.installed and STOP.install()
     if own_handler:
         STOP.deferred = True  # called as a library: record signals from the start
@@ -98,7 +100,7 @@ def train(
             enabled=s.is_chief,
         )
         try:
-            return _run(config, s, log, tracker, callbacks)
+            return _run(config, s, log, tracker, callbacks, trial, allocator)
         finally:
             log.close()
             s.close()
@@ -113,6 +115,8 @@ def _run(
     log: MetricsLog,
     tracker: GoodputTracker,
     callbacks: Sequence[Callback],
+    allocator_trial: HostAllocatorTrial | None,
+    host_allocator: str,
 ) -> TrainResult:
     for line in s.describe():
         log.info(line)
@@ -122,6 +126,7 @@ def _run(
     log.info(f"compiled train and eval steps in {time.perf_counter() - t:.1f}s")
 
     p = _Progress(s.start_step, s.state, s.data_states, s.start_step if s.restored else -1)
+    p.allocator_trial, p.host_allocator = allocator_trial, host_allocator
     save_on_stop = s.manager is not None and config.checkpoint.on_preemption
     # From here a stop signal waits for the step boundary, where the step reached is saved.
     STOP.raise_if_requested()
@@ -201,12 +206,20 @@ def _steps(
         while p.step < config.train.steps and not STOP.agreed():
             with tracker.measure("data_wait"):
                 batch, p.data_states = prefetch.next()
+            trial = p.allocator_trial
+            if trial is not None and not trial.done:
+                trial.before_step()
             t = time.perf_counter()
             with profiler.step(p.step) if profiler else nullcontext():
                 p.state, device_metrics = train_step(p.state, batch)
                 metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
             dt = time.perf_counter() - t
             tracker.add("step", dt)
+            if trial is not None and not trial.done:
+                trial.after_step(dt)
+                if trial.done:
+                    p.host_allocator = trial.choice
+                    log.info(trial.describe())
             p.step += 1
             notes = len(s.notes)
             metrics.update(s.speed(dt, tokens_per_step))
@@ -270,8 +283,11 @@ def _stop(
 
 def _summary(config: Config, s: Session, tracker: GoodputTracker, p: _Progress) -> dict[str, Any]:
     history, eval_metrics, step = p.history, p.eval_metrics, p.step
-    # The first steps after compile are often slower (allocations, caches); report steady state.
-    steady = history[min(len(history) - 1, 2) :] if history else []
+    # The first steps after compile are often slower (allocations, caches), and the allocator
+    # trial's steps run half under the slower setting; report the steady state after them.
+    trial = p.allocator_trial
+    settled = trial.steps if trial is not None and trial.done else 2
+    steady = history[min(len(history) - 1, settled) :] if history else []
     out: dict[str, Any] = {"final_step": step}
     if history:
         out["first_loss"] = history[0]["loss"]
@@ -285,8 +301,27 @@ def _summary(config: Config, s: Session, tracker: GoodputTracker, p: _Progress) 
     out["flops_per_token"] = s.flops_per_token
     out["num_params"] = s.num_params
     out["mesh"] = "x".join(str(v) for v in s.mesh_sizes.values())
+    out["host_allocator"] = p.host_allocator
+    if trial is not None and trial.done:
+        out["host_allocator_trial_step_s"] = trial.step_times
     out.update(tracker.summary())
     return out
+
+
+# The trial takes 12 steps, half of them under the slower setting (at most ~5% of a 40-step run).
+ALLOCATOR_TRIAL_MIN_STEPS = 40
+
+
+def _host_allocator(config: Config) -> tuple[HostAllocatorTrial | None, str]:
+    """The allocator trial for `auto` in a run long enough to pay for it, else the setting.
+
+    Returns the trial (None without one) and the setting in force until it decides. Called
+    before JAX starts its threads (see xprof-lite's HostAllocatorTrial).
+    """
+    if config.train.host_allocator == "auto" and config.train.steps >= ALLOCATOR_TRIAL_MIN_STEPS:
+        trial = HostAllocatorTrial()
+        return (None, trial.choice) if trial.done else (trial, "system")
+    return None, set_host_allocator(config.train.host_allocator)
 
 
 def _goodput_line(summary: dict[str, Any]) -> str:

@@ -9,12 +9,13 @@ depends on the machine, measured in benchmarks/train (interleaved A/B runs of ja
 
 - Intel Xeon with AVX-512/AMX: retain 1.2x faster at d256 (108k fewer page faults per step);
   PyTorch's trainer gained 4-8% and MaxText 5-11% from the same glibc settings there.
-- AMD EPYC with AVX2/FMA and no AVX-512: retain 1.2-1.3x *slower* (issue #20's runs and
-  benchmarks/train/results-allocator-amd-epyc-avx2.md).
+- AMD EPYC with AVX2/FMA and no AVX-512: one such machine measured retain 1.2-1.3x *slower*
+  (issue #20), another with the same CPU flags 1.1x *faster*.
 
-So `"auto"` retains host memory only on CPUs with AVX-512. The setting is process-wide and only
-affects allocations made after it, so call it before JAX starts its backend. It is a no-op on
-anything but glibc (macOS, musl).
+So CPU flags alone cannot decide it. `"auto"` here applies the flags' best guess (retain only
+with AVX-512); a loop that runs many steps of one shape measures instead, with
+`HostAllocatorTrial`. The settings are process-wide and only affect allocations made after them,
+so apply them before JAX starts its backend. They are no-ops on anything but glibc (macOS, musl).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import functools
 import os
 import pathlib
 import platform
+import statistics
 
 from jaxstack.xprof_lite._src.errors import Error
 
@@ -35,10 +37,16 @@ HOST_ALLOCATORS = ("auto", "retain", "system")
 
 # mallopt(3) parameter numbers from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1
+M_MMAP_THRESHOLD = -3
 M_MMAP_MAX = -4
 M_ARENA_MAX = -8
 # Freed memory above this at the top of the heap still goes back to the OS.
 TRIM_THRESHOLD_BYTES = 2**31 - 1
+RETAIN_SETTINGS = ((M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
+# glibc's defaults in the state its dynamic threshold rule settles in on 64-bit hosts once the
+# program has freed large mmapped blocks: blocks from 32 MiB up are mmapped, and the heap top
+# is trimmed above twice that (malloc.c's DEFAULT_MMAP_THRESHOLD_MAX, DEFAULT_MMAP_MAX).
+SYSTEM_SETTINGS = ((M_MMAP_MAX, 65536), (M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 64 << 20))
 ON_GLIBC = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
 
 
@@ -77,7 +85,7 @@ def choose_host_allocator(cpu: HostCPU | None = None) -> str:
 
 
 def set_host_allocator(mode: str = "auto") -> str:
-    """Applies `"retain"`, `"system"` or the machine's choice (`"auto"`); returns what applies.
+    """Applies `"retain"`, `"system"` or the CPU flags' guess (`"auto"`); returns what applies.
 
     `"system"` leaves malloc as it is. `"retain"` returns `"system"` where the C library is not
     glibc or refuses the settings.
@@ -86,13 +94,87 @@ def set_host_allocator(mode: str = "auto") -> str:
         raise Error(f"host allocator {mode!r} is not one of {', '.join(HOST_ALLOCATORS)}")
     if mode == "auto":
         mode = choose_host_allocator()
-    if mode == "system" or not ON_GLIBC:
+    if mode == "system":
         return "system"
+    return "retain" if _mallopt(((M_ARENA_MAX, 1), *RETAIN_SETTINGS)) else "system"
+
+
+class HostAllocatorTrial:
+    """Chooses `"retain"` or `"system"` by timing a loop's first steps under each, then keeps it.
+
+    Used as `before_step()`, the step, `after_step(seconds)` until `done`. The trial runs
+    `rounds` rounds; each gives every setting a block of one settling step (a switch to retain
+    grows the heap once) and `steps_per_block` timed steps, in an order that alternates between
+    rounds so a machine that speeds up or slows down during the trial favours neither. The
+    setting with the lower median step time wins and stays applied.
+
+    glibc never moves a thread to another arena, and only the main one can hold a block as
+    large as XLA's step buffer, so the trial sets one arena when it is created (before JAX
+    starts its threads) and then switches only whether large blocks are mmapped afresh
+    (`SYSTEM_SETTINGS`) or kept in the heap (`RETAIN_SETTINGS`). Where mallopt is unavailable
+    the trial is empty and `choice` is `"system"`.
+    """
+
+    MODES = ("system", "retain")
+
+    def __init__(self, rounds: int = 2, steps_per_block: int = 2) -> None:
+        self.step_times: dict[str, list[float]] = {mode: [] for mode in self.MODES}
+        self.choice: str | None = None
+        self._plan: list[tuple[str, bool]] = []  # (setting, timed) per trial step
+        self._taken = 0
+        if not _mallopt(((M_ARENA_MAX, 1),)):
+            self.choice = "system"
+            return
+        for r in range(rounds):
+            for mode in self.MODES if r % 2 == 0 else self.MODES[::-1]:
+                self._plan += [(mode, False)] + [(mode, True)] * steps_per_block
+
+    @property
+    def steps(self) -> int:
+        """How many steps the whole trial takes."""
+        return len(self._plan)
+
+    @property
+    def done(self) -> bool:
+        return self.choice is not None
+
+    def before_step(self) -> None:
+        """Applies the setting the next step runs under."""
+        if not self.done:
+            _apply(self._plan[self._taken][0])
+
+    def after_step(self, seconds: float) -> None:
+        """Records the step just run; after the trial's last step, applies the faster setting."""
+        if self.done:
+            return
+        mode, timed = self._plan[self._taken]
+        if timed:
+            self.step_times[mode].append(seconds)
+        if self._taken + 1 == len(self._plan):
+            self.choice = min(self.MODES, key=lambda m: statistics.median(self.step_times[m]))
+            _apply(self.choice)
+        self._taken += 1
+
+    def describe(self) -> str:
+        """One line for a run's log: the choice and the median step time behind it."""
+        medians = ", ".join(
+            f"{m} {statistics.median(t):.3f}s" for m, t in self.step_times.items() if t
+        )
+        return f"host allocator: {self.choice} (median step: {medians or 'not measured'})"
+
+
+def _apply(mode: str) -> None:
+    _mallopt(RETAIN_SETTINGS if mode == "retain" else SYSTEM_SETTINGS)
+
+
+def _mallopt(settings: tuple[tuple[int, int], ...]) -> bool:
+    """Applies glibc mallopt settings; False off glibc or when glibc refuses one."""
+    if not ON_GLIBC:
+        return False
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
-        return "system"
+        return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    settings = ((M_ARENA_MAX, 1), (M_MMAP_MAX, 0), (M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-    return "retain" if all(mallopt(p, v) == 1 for p, v in settings) else "system"
+    return all(mallopt(p, v) == 1 for p, v in settings)
