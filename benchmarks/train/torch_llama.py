@@ -109,15 +109,21 @@ def main():
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument(
+        "--profile-steps",
+        type=int,
+        default=0,
+        help="after the timed steps, run this many more under torch.profiler and add each "
+        "op's self CPU time per step to the output (`ops_ms_per_step`)",
+    )
     args = p.parse_args()
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     model = build(args)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)
     tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1))
-    times, losses = [], []
-    for step in range(args.steps + args.warmup):
-        t = time.perf_counter()
+
+    def train_step() -> float:
         out = model(tokens[:, :-1])
         logits = out if isinstance(out, torch.Tensor) else out.logits
         loss = F.cross_entropy(logits.reshape(-1, args.vocab), tokens[:, 1:].reshape(-1))
@@ -125,21 +131,34 @@ def main():
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        losses.append(float(loss.detach()))
+        return float(loss.detach())
+
+    times, losses = [], []
+    for step in range(args.steps + args.warmup):
+        t = time.perf_counter()
+        losses.append(train_step())
         if step >= args.warmup:
             times.append(time.perf_counter() - t)
     step_s = statistics.median(times)
-    print(
-        json.dumps(
-            {
-                "impl": args.impl,
-                "median_step_s": step_s,
-                "tokens_per_sec": args.batch * args.seq / step_s,
-                "final_loss": losses[-1],
-                "finite": all(math.isfinite(x) for x in losses),
-            }
-        )
-    )
+    result = {
+        "impl": args.impl,
+        "median_step_s": step_s,
+        "tokens_per_sec": args.batch * args.seq / step_s,
+        "final_loss": losses[-1],
+        "finite": all(math.isfinite(x) for x in losses),
+    }
+    if args.profile_steps:
+        t = time.perf_counter()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(args.profile_steps):
+                train_step()
+        result["profiled_step_s"] = (time.perf_counter() - t) / args.profile_steps
+        result["ops_ms_per_step"] = {
+            e.key: e.self_cpu_time_total / 1e3 / args.profile_steps
+            for e in prof.key_averages()
+            if e.self_cpu_time_total > 0
+        }
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":
