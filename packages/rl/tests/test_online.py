@@ -14,6 +14,7 @@ from flax import nnx
 
 from jaxstack import nnlib, rl
 from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
+from jaxstack.rl._src.placement import place_role
 from jaxstack.rl._src.policy import build_policy
 from jaxstack.rl._src.rollout import EngineSampler
 from jaxstack.trainer import read_jsonl
@@ -24,7 +25,9 @@ PROMPTS = ["12+34=", "56*7=", "90+11=", "3*45="]
 def test_engine_greedy_follows_handed_off_weights(tiny):
     config = rl.load_config("grpo", None, [*tiny, "lora.rank=4", r"lora.pattern=attn/(q|v)_proj$"])
     policy = build_policy(config)
-    sampler = EngineSampler(policy, max_model_len=32, max_num_seqs=4, seed=0)
+    sampler = EngineSampler(
+        policy, place_role(config, "rollout"), max_model_len=32, max_num_seqs=4, seed=0
+    )
     encoder = Encoder(policy.tokenizer, build_chat_template(None))
     prompts = [encoder.prompt(p) for p in ["12+34=", "56+78="]]  # equal lengths for nnlib
 
@@ -57,7 +60,8 @@ def test_engine_greedy_follows_handed_off_weights(tiny):
 def test_scored_log_probs_are_those_of_the_sampling_temperature(tiny):
     """GRPO and PPO score rollouts with token_logprobs at rollout.temperature: its
     probabilities must be the frequencies the engine samples with at that temperature."""
-    policy = build_policy(rl.load_config("grpo", None, tiny))
+    config = rl.load_config("grpo", None, tiny)
+    policy = build_policy(config)
     sharpen = lambda kp, x: x * 20.0 if nnlib.param_path(kp) == "lm_head/kernel" else x
     params = jax.tree_util.tree_map_with_path(sharpen, policy.params)
     prompt = Encoder(policy.tokenizer, build_chat_template(None)).prompt("12+34=")
@@ -74,7 +78,9 @@ def test_scored_log_probs_are_those_of_the_sampling_temperature(tiny):
         logps = rl.token_logprobs(policy.apply, params, rows, temperature=temperature)
         return np.exp(np.asarray(logps)[:, len(prompt) - 1])
 
-    sampler = EngineSampler(policy, max_model_len=16, max_num_seqs=256, seed=0)
+    sampler = EngineSampler(
+        policy, place_role(config, "rollout"), max_model_len=16, max_num_seqs=256, seed=0
+    )
     sampler.update_weights(params)
     n = 4000
     done = sampler.sample([prompt], n=n, max_new_tokens=1, temperature=0.5, top_k=None, iteration=0)

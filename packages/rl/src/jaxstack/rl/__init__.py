@@ -8,7 +8,8 @@
 
 Runs use the trainer's config style, logging and reports, ckptlib checkpoints (resumable
 mid-run), datalib chat templates and packing, and the serving engine for rollouts with weights
-handed over in memory. The objectives are pure functions (`dpo_loss`, `orpo_loss`,
+handed over in memory; GRPO's and PPO's actor, reference and rollout engine each on the device
+mesh `roles.<role>` names. The objectives are pure functions (`dpo_loss`, `orpo_loss`,
 `grpo_loss`, `group_advantages`, `gae`, `ppo_loss`). See docs/rl.md.
 """
 
@@ -23,6 +24,8 @@ from jaxstack.rl._src.config import (
     OrpoSection,
     PpoSection,
     RLConfig,
+    RolePlacement,
+    RolesSection,
     RolloutSection,
     SftSection,
     list_presets,
@@ -62,6 +65,8 @@ __all__ = [
     "RecordError",
     "Reward",
     "RewardError",
+    "RolePlacement",
+    "RolesSection",
     "RolloutSection",
     "RunResult",
     "SftRecord",

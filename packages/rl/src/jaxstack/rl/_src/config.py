@@ -9,7 +9,8 @@ types are refused):
 - `lora`: adapter rank, alpha, target pattern (rank 0 = full fine-tuning);
 - `sft`, `dpo`, `orpo`, `grpo`, `ppo`: each algorithm's hyper-parameters;
 - `rollout`: how completions are sampled for GRPO and PPO, and what a raising reward does;
-- `rewards`: `{"module:function": weight}` reward functions for GRPO and PPO.
+- `rewards`: `{"module:function": weight}` reward functions for GRPO and PPO;
+- `roles`: the devices and mesh of each role of GRPO and PPO (actor, reference, rollout).
 
 Meanings of the shared sections in post-training: `data.path` is the JSONL records file,
 `data.batch_size` the sequences per step for SFT, pairs per step for DPO/ORPO and prompts per
@@ -101,6 +102,28 @@ class PpoSection:
     updates_per_iteration: int = 2
 
 
+@dataclasses.dataclass(frozen=True)
+class RolePlacement:
+    """Where one role's arrays live: `devices` (indices into `jax.devices()`; None = all of
+    them) and `mesh` (the trainer's mesh axes data/fsdp/tensor/expert and `rules` over those
+    devices; None = the run's `mesh` section)."""
+
+    devices: list[int] | None = None
+    mesh: Any = None  # jaxstack.trainer.MeshConfig
+
+
+@dataclasses.dataclass(frozen=True)
+class RolesSection:
+    """GRPO's and PPO's roles: the actor (trained params, optimiser state, update step), the
+    reference (frozen starting params, its log-probs) and the rollout engine. PPO's critic is
+    a value head on the actor's trunk, so it lives with the actor. Default: every role on the
+    run's `mesh` over all devices."""
+
+    actor: RolePlacement = RolePlacement()
+    reference: RolePlacement = RolePlacement()
+    rollout: RolePlacement = RolePlacement()
+
+
 SECTIONS: dict[str, type] = {
     "init": InitSection,
     "lora": LoraSection,
@@ -127,12 +150,14 @@ class RLConfig:
     rollout: RolloutSection = RolloutSection()
     grpo: GrpoSection = GrpoSection()
     ppo: PpoSection = PpoSection()
+    roles: RolesSection = RolesSection()
     rewards: dict[str, float] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         out = {"algorithm": self.algorithm, **self.base.to_dict()}
         for section in SECTIONS:
             out[section] = dataclasses.asdict(getattr(self, section))
+        out["roles"] = dataclasses.asdict(self.roles)
         out["rewards"] = dict(self.rewards)
         return out
 
@@ -146,6 +171,7 @@ class RLConfig:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm={algorithm!r}; use one of {', '.join(ALGORITHMS)}")
         ours = {s: build_section(s, c, tree.pop(s, None) or {}) for s, c in SECTIONS.items()}
+        roles = _build_roles(tree.pop("roles", None) or {})
         rewards = tree.pop("rewards", None) or {}
         if not isinstance(rewards, Mapping) or not all(
             isinstance(w, int | float) and not isinstance(w, bool) for w in rewards.values()
@@ -156,6 +182,7 @@ class RLConfig:
         config = cls(
             algorithm=algorithm,
             base=Config.from_dict(tree, name=str(tree.get("name", algorithm))),
+            roles=roles,
             rewards={str(k): float(v) for k, v in rewards.items()},
             **ours,
         )
@@ -220,6 +247,48 @@ def _read(name_or_path: str) -> dict[str, Any]:
     if not isinstance(tree, dict):
         raise ConfigError(f"{name_or_path}: the top level must be a mapping of sections")
     return tree
+
+
+def _build_roles(values: Mapping[str, Any]) -> RolesSection:
+    """The `roles` section: each role's `devices` (distinct indices) and `mesh` (checked as the
+    trainer checks its own `mesh` section). Whether they fit this host is checked at run start."""
+    from jaxstack import trainer
+
+    try:
+        return _check_roles(values)
+    except trainer.ConfigError as e:  # unknown or mistyped keys, in our error family
+        raise ConfigError(str(e)) from None
+
+
+def _check_roles(values: Mapping[str, Any]) -> RolesSection:
+    from jaxstack.trainer import MeshConfig, build_section
+
+    roles = build_section("roles", RolesSection, values)
+    placed = {}
+    for role in ("actor", "reference", "rollout"):
+        key = f"roles.{role}"
+        given = getattr(roles, role)
+        if isinstance(given, RolePlacement):
+            placed[role] = given
+            continue
+        placement = build_section(key, RolePlacement, given or {})
+        devices = placement.devices
+        if devices is not None:
+            if not isinstance(devices, list) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices
+            ):
+                raise ConfigError(
+                    f"{key}.devices={devices!r}: give a list of device indices, e.g. [0, 1]"
+                )
+            if not devices:
+                raise ConfigError(f"{key}.devices=[]: give at least one device index (or null)")
+            if len(set(devices)) != len(devices):
+                raise ConfigError(f"{key}.devices={devices!r}: the indices must be distinct")
+        mesh = placement.mesh
+        if mesh is not None:
+            mesh = build_section(f"{key}.mesh", MeshConfig, mesh)
+        placed[role] = RolePlacement(devices, mesh)
+    return RolesSection(**placed)
 
 
 def _check_values(config: RLConfig) -> None:

@@ -7,7 +7,8 @@ One iteration (`train.steps` of them):
     (and values, PPO) -> advantages (group-relative for GRPO, GAE for PPO)
     -> updates_per_iteration optimiser steps on the clipped objective
 
-Rows are padded to `data.seq_len`, so every iteration runs the same compiled programs.
+Rows are padded to `data.seq_len`, so every iteration runs the same compiled programs. Each
+role (actor, reference, rollout engine) lives on the mesh `roles.<role>` names (placement.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.logprobs import token_logprobs
+from jaxstack.rl._src.placement import Placement, place_roles
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
 from jaxstack.rl._src.rewards import Reward, as_rewards, score
@@ -49,7 +51,13 @@ class Rollouts:
 class Rollouter:
     """Prompts, the engine and the reward functions of an online run."""
 
-    def __init__(self, config: RLConfig, policy: Policy, rewards: Sequence[Reward]):
+    def __init__(
+        self,
+        config: RLConfig,
+        policy: Policy,
+        rewards: Sequence[Reward],
+        roles: Mapping[str, Placement],
+    ):
         encoder = Encoder(policy.tokenizer, build_chat_template(config.sft.chat_template))
         prompts = read_prompts(require_data(config))
         self.config = config
@@ -76,6 +84,7 @@ class Rollouter:
         group = config.rollout.group_size
         self.sampler = EngineSampler(
             policy,
+            roles["rollout"],
             max_model_len=min(
                 policy.model.config.max_seq_len, longest + config.rollout.max_new_tokens
             ),
@@ -128,7 +137,7 @@ Evaluate = Callable[[int, Callable[[Sequence[str]], list[str]]], dict[str, float
 def _online_run(
     config: RLConfig,
     rewards: Mapping[str, float] | Sequence[Any] | None,
-    make_update: Callable[[Policy], Any],
+    make_update: Callable[[Policy, Mapping[str, Placement]], Any],
     evaluate: Evaluate | None,
 ) -> RunResult:
     reward_list = as_rewards(rewards if rewards is not None else config.rewards)
@@ -136,13 +145,15 @@ def _online_run(
         raise ConfigError(
             f"{config.algorithm} updates on whole rollout batches; set train.grad_accum=1"
         )
+    roles = place_roles(config)
     policy = build_policy(config)
-    rollouter = Rollouter(config, policy, reward_list)
+    rollouter = Rollouter(config, policy, reward_list, roles)
     every, total = config.base.eval.every, config.base.train.steps
     run = Run(config)
     try:
-        update = make_update(policy)
+        update = make_update(policy, roles)
         start, state, _ = run.restore(update.initial_state())
+        state = roles["actor"].put_state(state)  # a restored state comes back unplaced
 
         def step_fn(state, step):
             state, metrics = update.iteration(state, step, rollouter)
@@ -162,11 +173,12 @@ def _online_run(
 class GrpoUpdate:
     """GRPO's iteration: group-relative advantages, clipped ratio, KL to the reference."""
 
-    def __init__(self, config: RLConfig, policy: Policy):
+    def __init__(self, config: RLConfig, policy: Policy, roles: Mapping[str, Placement]):
         self.config = config
         self.policy = policy
+        self.actor, self.reference = roles["actor"], roles["reference"]
         self.tx = optimizer(config, policy.params)
-        self.ref_params = policy.params
+        self.ref_params = self.reference.put(policy.params)
         g, temperature = config.grpo, config.rollout.temperature
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
@@ -190,7 +202,7 @@ class GrpoUpdate:
         self.train_step = jax.jit(make_train_step(loss_fn, self.tx), donate_argnums=0)
 
     def initial_state(self) -> dict[str, Any]:
-        return initial_state(self.policy.params, self.tx)
+        return self.actor.put_state(initial_state(self.policy.params, self.tx))
 
     def policy_params(self, params: Any) -> Any:
         return params
@@ -198,17 +210,17 @@ class GrpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
-        batch = {k: jnp.asarray(v) for k, v in rollouts.batch.items()}
-        batch["ref_logps"] = self.logprobs(self.ref_params, batch)
+        batch = self.actor.put_batch(rollouts.batch)
+        ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
+        batch["ref_logps"] = self.actor.put_batch(ref_logps)
         if not self.on_policy:
             batch["old_logps"] = self.logprobs(state["params"], batch)
-        batch.update(
-            advantages=losses.group_advantages(
-                jnp.asarray(rollouts.rewards),
-                self.config.rollout.group_size,
-                valid=jnp.asarray(rollouts.valid),
-            ),
+        advantages = losses.group_advantages(
+            jnp.asarray(rollouts.rewards),
+            self.config.rollout.group_size,
+            valid=jnp.asarray(rollouts.valid),
         )
+        batch["advantages"] = self.actor.put_batch(advantages)
         for _ in range(self.config.grpo.updates_per_iteration):
             state, metrics = self.train_step(state, batch)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -244,19 +256,25 @@ def grpo(
         after the last, with a greedy `generate(prompts) -> completions` of the current policy;
         the metrics it returns are logged with that iteration's.
     """
-    return _online_run(config, rewards, lambda policy: GrpoUpdate(config, policy), evaluate)
+    return _online_run(
+        config, rewards, lambda policy, roles: GrpoUpdate(config, policy, roles), evaluate
+    )
 
 
 class PpoUpdate:
     """PPO's iteration: a value head on the policy's last hidden state, per-token KL-penalised
     rewards with the sequence reward on the last token, GAE, clipped policy and value losses."""
 
-    def __init__(self, config: RLConfig, policy: Policy):
+    def __init__(self, config: RLConfig, policy: Policy, roles: Mapping[str, Placement]):
         from jaxstack.trainer import make_train_step
 
         self.config = config
         self.policy = policy
-        self.ref_params = policy.params
+        self.actor, self.reference = roles["actor"], roles["reference"]
+        self.ref_params = self.reference.put(policy.params)
+        self.ref_logprobs = jax.jit(
+            partial(token_logprobs, policy.apply, temperature=config.rollout.temperature)
+        )
         d_model = policy.model.config.d_model
         self.params = {
             "policy": policy.params,
@@ -280,10 +298,9 @@ class PpoUpdate:
             return logps, x.astype(jnp.float32) @ head["kernel"] + head["bias"]
 
         @jax.jit
-        def prepare(params, ref_params, batch, scores):
+        def prepare(params, batch, ref_logps, scores):
             """Old log-probs and values, KL-penalised token rewards, GAE advantages."""
             logps, values = forward(params, batch)
-            ref_logps = token_logprobs(policy.apply, ref_params, batch, temperature)
             mask = batch["loss_mask"]
             last = jnp.argmax(jnp.cumsum(mask, axis=1), axis=1)  # last completion token
             rewards = -p.kl_coef * (logps - ref_logps) * mask
@@ -314,7 +331,7 @@ class PpoUpdate:
         self.train_step = jax.jit(make_train_step(loss_fn, self.tx), donate_argnums=0)
 
     def initial_state(self) -> dict[str, Any]:
-        return initial_state(self.params, self.tx)
+        return self.actor.put_state(initial_state(self.params, self.tx))
 
     def policy_params(self, params: Any) -> Any:
         return params["policy"]
@@ -322,9 +339,13 @@ class PpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"]["policy"], iteration)
         t = time.perf_counter()
-        batch = {k: jnp.asarray(v) for k, v in rollouts.batch.items()}
+        batch = self.actor.put_batch(rollouts.batch)
+        ref_logps = self.ref_logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
         old_logps, old_values, adv, returns, kl = self.prepare(
-            state["params"], self.ref_params, batch, jnp.asarray(rollouts.rewards)
+            state["params"],
+            batch,
+            self.actor.put_batch(ref_logps),
+            self.actor.put_batch(rollouts.rewards),
         )
         batch.update(old_logps=old_logps, old_values=old_values, advantages=adv, returns=returns)
         for _ in range(self.config.ppo.updates_per_iteration):
@@ -341,4 +362,6 @@ def ppo(
     evaluate: Evaluate | None = None,
 ) -> RunResult:
     """PPO on the prompts in `data.path`, with a value head; arguments as for `grpo`."""
-    return _online_run(config, rewards, lambda policy: PpoUpdate(config, policy), evaluate)
+    return _online_run(
+        config, rewards, lambda policy, roles: PpoUpdate(config, policy, roles), evaluate
+    )

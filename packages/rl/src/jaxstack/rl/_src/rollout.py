@@ -1,7 +1,8 @@
 """Rollouts from the serving engine, in the same process, with weights handed over in memory.
 
 `EngineSampler` is the one seam between the RL loops and generation: `update_weights(params)`
-before each round of sampling (the trainer's current params, LoRA merged, no disk), and
+before each round of sampling (the trainer's current params, LoRA merged, moved onto the
+rollout role's mesh with `jax.device_put`: no disk), and
 `sample(prompt_ids, ...)` giving each prompt's `n` completions. Seeds are derived from the run's
 seed, the iteration and the prompt's position, so a resumed run samples what an uninterrupted
 one would.
@@ -15,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxstack.rl._src.placement import Placement
 from jaxstack.rl._src.policy import Policy
 
 
@@ -28,15 +30,29 @@ class Completions:
 
 
 class EngineSampler:
-    """jaxstack.serving's `LLM` engine serving a copy of the policy without adapters."""
+    """jaxstack.serving's `LLM` engine serving a copy of the policy without adapters, its
+    weights on the rollout role's mesh (`placement`)."""
 
-    def __init__(self, policy: Policy, *, max_model_len: int, max_num_seqs: int, seed: int):
+    def __init__(
+        self,
+        policy: Policy,
+        placement: Placement,
+        *,
+        max_model_len: int,
+        max_num_seqs: int,
+        seed: int,
+    ):
+        from flax import nnx
+
         from jaxstack.serving import LLM
 
         self.policy = policy
+        self.placement = placement
         self.seed = seed
+        model = policy.base_model()
+        nnx.update(model, placement.put(nnx.state(model, nnx.Param)))
         self.llm = LLM(
-            policy.base_model(),
+            model,
             policy.tokenizer,
             max_model_len=max_model_len,
             max_num_seqs=max_num_seqs,
@@ -46,7 +62,7 @@ class EngineSampler:
         )
 
     def update_weights(self, params: Any) -> None:
-        self.llm.update_weights(self.policy.served_params(params))
+        self.llm.update_weights(self.placement.put(self.policy.served_params(params)))
 
     def sample(
         self,
