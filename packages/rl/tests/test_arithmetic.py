@@ -27,11 +27,27 @@ def test_split_is_deterministic_disjoint_and_sized():
         ("56*7=", "39", 0.0, 0.0),  # aligned at the units: 39 vs 92 shares no digit
         ("56*7=", "3a2", 0.0, 0.0),  # not a number
         ("56*7=", "", 0.0, 0.0),
+        # a trailing "r" asks for the digits reversed (units first): 95 -> "59", 392 -> "293"
+        ("57+38=r", "59", 1.0, 1.0),
+        ("57+38=r", "95", 0.0, 0.0),
+        ("57+38=r", "58", 0.0, 0.5),  # units right, tens wrong
+        ("57+38=r", "5", 0.0, 0.5),  # units right, the tens digit missing
+        ("56*7=r", "2931", 0.0, 3 / 4),  # one digit too many
+        ("56*7=r", "93", 0.0, 0.0),  # aligned at the units: 93 vs 29 shares no digit
     ],
 )
 def test_exact_answer_and_digit_credit(prompt, completion, exact, credit):
     assert rl.arithmetic.exact_answer(prompt, completion) == exact
     assert rl.arithmetic.digit_credit(prompt, completion) == pytest.approx(credit)
+
+
+def test_reversed_problems_are_the_same_problems_with_an_r():
+    plain = rl.arithmetic.Difficulty(reverse_answer=False)
+    reverse = rl.arithmetic.Difficulty(reverse_answer=True)
+    a = rl.arithmetic.problems(50, seed=1, difficulty=plain)
+    b = rl.arithmetic.problems(50, seed=1, difficulty=reverse)
+    assert b == [p + "r" for p in a]
+    assert rl.arithmetic.answer("99+1=r") == "001"
 
 
 def test_zero_advantage_share_counts_groups_without_spread():

@@ -95,6 +95,31 @@ def test_grpo_loss_matches_deepseekmath_eq3_eq4():
     assert 0.0 < float(metrics["clip_fraction"]) < 1.0
 
 
+def test_dr_grpo_sums_tokens_over_a_constant_and_does_not_divide_by_the_group_std():
+    """Dr. GRPO (Liu et al. 2025, eq. 3): no 1/|o_i| and no std(r) in the advantage; the
+    per-token terms are summed and divided by G x the generation budget (a constant)."""
+    rewards = np.array([1.0, 0.0, 0.0, 0.0, 0.5, 0.5, 1.0, 0.0])
+    adv = np.asarray(rl.group_advantages(rewards, 4, scale=False))
+    np.testing.assert_allclose(adv, [0.75, -0.25, -0.25, -0.25, 0.0, 0.0, 0.5, -0.5], atol=1e-6)
+
+    logp = np.array([[-1.0, -2.0, -0.5], [-0.3, -1.2, -9.0]])
+    old = np.array([[-1.5, -1.9, -0.5], [-0.2, -1.0, -9.0]])
+    mask = np.array([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    a = np.array([0.8, -1.3])
+    total = 0.0
+    for i in range(2):
+        for t in range(3):
+            if mask[i, t]:
+                ratio = math.exp(logp[i, t] - old[i, t])
+                clipped = min(max(ratio, 0.8), 1.2)
+                total += min(ratio * a[i], clipped * a[i])
+    expected = -total / (2 * 4)  # G = 2 completions, a budget of 4 new tokens each
+    loss, _ = rl.grpo_loss(
+        logp, old, logp, a, mask, clip_eps=0.2, kl_coef=0.0, loss_type="dr_grpo", max_tokens=4
+    )
+    np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
+
+
 def test_gae_matches_the_backward_recursion():
     gamma, lam = 0.9, 0.8
     r = np.array([[0.0, 0.1, 1.0, 5.0]])

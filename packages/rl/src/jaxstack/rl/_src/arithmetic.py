@@ -1,8 +1,9 @@
 """A verifiable task for demos, tests and benchmarks: multi-digit addition and multiplication.
 
-Problems are generated deterministically from a seed (`"57+38="` -> `"95"`), so a run is
-repeatable and a held-out set never overlaps the training set (`split` draws them from one
-stream and dedups). `exact_answer` is the reward: 1.0 when the completion, stripped, is exactly
+Problems are generated deterministically from a seed (`"57+38="` -> `"95"`; with a trailing
+`r` the answer is written units digit first, `"57+38=r"` -> `"59"`), so a run is repeatable
+and a held-out set never overlaps the training set (`split` draws them from one stream and
+dedups). `exact_answer` is the reward: 1.0 when the completion, stripped, is exactly
 the answer, else 0.0; `digit_credit` gives partial credit per correct digit. Both recompute the
 answer from the prompt, so they need no stored label.
 """
@@ -20,30 +21,34 @@ import numpy as np
 from jaxstack.rl._src.errors import ConfigError
 
 _OPS = {"+": operator.add, "*": operator.mul}
-_PROBLEM = re.compile(r"(\d+)([+*])(\d+)=$")
+_PROBLEM = re.compile(r"(\d+)([+*])(\d+)=(r?)$")
 
 
 @dataclasses.dataclass(frozen=True)
 class Difficulty:
     """Operand sizes per operation: `add_digits`-digit sums and `mul_digits` x 1-digit
-    products (the second factor has `mul_small_digits` digits)."""
+    products (the second factor has `mul_small_digits` digits); `reverse_answer` asks for the
+    answer's digits units first (the prompt ends in "=r"), the order in which a carry is
+    computed, which a small transformer learns in far fewer steps (Lee et al. 2023)."""
 
     add_digits: int = 2
     mul_digits: int = 2
     mul_small_digits: int = 1
     mul_share: float = 0.5
+    reverse_answer: bool = False
 
 
 DEFAULT_DIFFICULTY = Difficulty()
 
 
 def answer(prompt: str) -> str:
-    """The exact answer of a problem prompt like "57+38="."""
+    """The exact answer of a problem prompt like "57+38=" ("95"), or "57+38=r" ("59")."""
     m = _PROBLEM.search(prompt.strip())
     if m is None:
         raise ValueError(f"not an arithmetic problem: {prompt!r}")
     a, op, b = int(m.group(1)), m.group(2), int(m.group(3))
-    return str(_OPS[op](a, b))
+    digits = str(_OPS[op](a, b))
+    return digits[::-1] if m.group(4) else digits
 
 
 def exact_answer(prompt: str, completion: str) -> float:
@@ -61,6 +66,8 @@ def digit_credit(prompt: str, completion: str) -> float:
     got, want = completion.strip(), answer(prompt)
     if not got.isdigit():
         return 0.0
+    if prompt.strip().endswith("r"):  # units first: align at the start
+        got, want = got[::-1], want[::-1]
     width = max(len(got), len(want))
     return sum(g == w for g, w in zip(got.rjust(width), want.rjust(width), strict=True)) / width
 
@@ -91,7 +98,8 @@ def problems(n: int, *, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY) 
         else:
             a, b = _number(rng, difficulty.add_digits), _number(rng, difficulty.add_digits)
             out[f"{a}+{b}="] = None
-    return list(out)
+    suffix = "r" if difficulty.reverse_answer else ""
+    return [p + suffix for p in out]
 
 
 def split(

@@ -89,6 +89,9 @@ class GrpoSection:
     clip_eps: float = 0.2
     kl_coef: float = 0.04
     updates_per_iteration: int = 1  # optimiser steps on each batch of rollouts (mu)
+    # "grpo": token mean per completion; "dr_grpo": token sum over completions x max_new_tokens
+    loss_type: str = "grpo"
+    scale_rewards: bool = True  # divide advantages by the group's std (False: Dr. GRPO)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -296,6 +299,7 @@ def _check_values(config: RLConfig) -> None:
         "sft.train_on": (config.sft.train_on, ("assistant", "all")),
         "dpo.reference": (config.dpo.reference, ("precompute", "live")),
         "rollout.on_reward_error": (config.rollout.on_reward_error, ("stop", "skip")),
+        "grpo.loss_type": (config.grpo.loss_type, ("grpo", "dr_grpo")),
     }
     for key, (value, valid) in choices.items():
         if value not in valid:

@@ -89,7 +89,12 @@ def orpo_loss(
 
 
 def group_advantages(
-    rewards: jax.Array, group_size: int, *, valid: jax.Array | None = None, eps: float = 1e-4
+    rewards: jax.Array,
+    group_size: int,
+    *,
+    valid: jax.Array | None = None,
+    eps: float = 1e-4,
+    scale: bool = True,
 ) -> jax.Array:
     """GRPO's outcome advantages: each reward normalised within its group of completions.
 
@@ -97,13 +102,18 @@ def group_advantages(
     (r - mean(group)) / (std(group) + eps), so every group sums to zero; a group whose
     completions all scored the same gives zeros (nothing to learn from it). `valid` (0/1, same
     shape) leaves completions out of their group's statistics and gives them advantage 0.
+    `scale=False` keeps r - mean(group) (Dr. GRPO: dividing by the std up-weights the
+    groups that are nearly all right or all wrong).
     """
     groups = rewards.reshape(-1, group_size)
     keep = jnp.ones_like(groups) if valid is None else valid.reshape(groups.shape)
     count = jnp.maximum(keep.sum(axis=1, keepdims=True), 1.0)
     mean = (groups * keep).sum(axis=1, keepdims=True) / count
-    std = jnp.sqrt((jnp.square(groups - mean) * keep).sum(axis=1, keepdims=True) / count)
-    return ((groups - mean) / (std + eps) * keep).reshape(rewards.shape)
+    centred = groups - mean
+    if scale:
+        std = jnp.sqrt((jnp.square(centred) * keep).sum(axis=1, keepdims=True) / count)
+        centred = centred / (std + eps)
+    return (centred * keep).reshape(rewards.shape)
 
 
 def grpo_loss(
@@ -115,6 +125,8 @@ def grpo_loss(
     *,
     clip_eps: float = 0.2,
     kl_coef: float = 0.04,
+    loss_type: str = "grpo",
+    max_tokens: int | None = None,
 ) -> tuple[jax.Array, Metrics]:
     """Group Relative Policy Optimisation, DeepSeekMath eq. 3 (to be minimised).
 
@@ -126,7 +138,10 @@ def grpo_loss(
 
     Per token: min(rho A, clip(rho, 1 - eps, 1 + eps) A) - kl_coef * KL, with
     rho = exp(logps - old_logps) and KL = ref/pi - log(ref/pi) - 1 (eq. 4); averaged over each
-    completion's tokens, then over completions; the loss is its negative.
+    completion's tokens, then over completions; the loss is its negative. With
+    `loss_type="dr_grpo"` (Liu et al. 2025) the tokens are summed and divided by the number of
+    completions times `max_tokens`, the generation budget, instead of by each completion's
+    length, which favours short wrong and long right answers.
     """
     mask = mask.astype(jnp.float32)
     adv = advantages[:, None]
@@ -136,8 +151,11 @@ def grpo_loss(
     log_ref_ratio = ref_logps - logps
     kl = jnp.exp(log_ref_ratio) - log_ref_ratio - 1.0
     per_token = surrogate - kl_coef * kl
-    lengths = jnp.maximum(mask.sum(axis=1), 1.0)
-    objective = ((per_token * mask).sum(axis=1) / lengths).mean()
+    if loss_type == "dr_grpo":
+        objective = (per_token * mask).sum() / (mask.shape[0] * max_tokens)
+    else:
+        lengths = jnp.maximum(mask.sum(axis=1), 1.0)
+        objective = ((per_token * mask).sum(axis=1) / lengths).mean()
     metrics = {
         "kl": _masked_mean(kl, mask),
         "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),

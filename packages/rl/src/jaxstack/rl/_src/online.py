@@ -195,6 +195,8 @@ class GrpoUpdate:
                 batch["loss_mask"],
                 clip_eps=g.clip_eps,
                 kl_coef=g.kl_coef,
+                loss_type=g.loss_type,
+                max_tokens=config.rollout.max_new_tokens,
             )
 
         from jaxstack.trainer import make_train_step
@@ -219,6 +221,7 @@ class GrpoUpdate:
             jnp.asarray(rollouts.rewards),
             self.config.rollout.group_size,
             valid=jnp.asarray(rollouts.valid),
+            scale=self.config.grpo.scale_rewards,
         )
         batch["advantages"] = self.actor.put_batch(advantages)
         for _ in range(self.config.grpo.updates_per_iteration):
