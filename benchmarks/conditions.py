@@ -4,9 +4,12 @@ Every benchmark in this folder wraps its timed part in `measure_conditions()`: t
 is sampled before, every few seconds during, and after the run, and the machine (CPU model,
 the vector-instruction flags that decide which kernels run, cores: xprof-lite's `host_cpu`,
 the same reading the trainer's allocator choice uses) and the versions of the
-libraries involved are read from the system. The result goes into the results JSON as-is and
-into the Markdown table's header through `conditions_markdown`, so a reader can tell a quiet
-run from one on a shared machine.
+libraries involved are read from the system. The CPU time the benchmark itself used (its
+threads and its finished child processes) is measured too, since the load average counts it:
+a benchmark keeping both cores busy on an idle machine shows a load of about 2, and only the
+load beyond its own is other work. The result goes into the results JSON as-is and into the
+Markdown table's header through `conditions_markdown`, so a reader can tell a quiet run from one
+on a shared machine.
 
     import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
     from conditions import measure_conditions, conditions_markdown
@@ -54,6 +57,7 @@ class RunConditions:
     load_during: list[float] = field(default_factory=list)
     load_after: float | None = None
     wall_s: float | None = None
+    own_cpu_s: float | None = None
 
     def as_dict(self) -> dict:
         during = self.load_during or [self.load_before]
@@ -71,6 +75,10 @@ class RunConditions:
                 "after": self.load_after,
             },
             "wall_s": self.wall_s,
+            # Cores the benchmark kept busy on average (its own share of the load during).
+            "own_cpu_cores": self.own_cpu_s / self.wall_s
+            if self.own_cpu_s and self.wall_s
+            else None,
         }
 
 
@@ -96,7 +104,7 @@ def measure_conditions(
             conditions.load_during.append(os.getloadavg()[0])
 
     sampler = threading.Thread(target=sample, daemon=True)
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     sampler.start()
     try:
         yield conditions
@@ -104,14 +112,25 @@ def measure_conditions(
         stop.set()
         sampler.join()
         conditions.wall_s = time.perf_counter() - start
+        conditions.own_cpu_s = _cpu_seconds() - cpu_start
         conditions.load_after = os.getloadavg()[0]
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU time of this process and of its children that have been waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
 
 
 def conditions_markdown(conditions: dict) -> str:
     """The run conditions as a short Markdown paragraph for the top of a results file."""
     load = conditions["load_average_1min"]
     cores = conditions["cpu_cores"]
-    busy = max(load["during_max"], load["before"]) > 0.5 * cores
+    own = conditions.get("own_cpu_cores")
+    if own is None:  # results written before the benchmark's own CPU time was measured
+        busy = max(load["during_max"], load["before"]) > 0.5 * cores
+    else:  # other work's load: before the run, and during it beyond the run's own
+        busy = max(load["before"], load["during_median"] - own) > 0.5 * cores
     verdict = "a shared, busy machine" if busy else "a quiet machine"
     versions = ", ".join(f"{k} {v}" for k, v in conditions["versions"].items())
     flags = " ".join(conditions["cpu_flags"]) or "no AVX2/AVX-512/AMX"
@@ -121,6 +140,8 @@ def conditions_markdown(conditions: dict) -> str:
         f"vector flags: {flags}), Python {conditions['python']}; {versions}. "
         f"1-minute load average: {load['before']:.2f} before, median {load['during_median']:.2f}"
         f" (max {load['during_max']:.2f}) during, "
-        f"{after if after is None else format(after, '.2f')} after: {verdict}. "
+        f"{after if after is None else format(after, '.2f')} after"
+        + (f"; the benchmark itself kept {own:.2f} cores busy on average" if own else "")
+        + f": {verdict}. "
         f"Wall time {conditions['wall_s'] or 0:.0f} s."
     )

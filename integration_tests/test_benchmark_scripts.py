@@ -44,3 +44,34 @@ def test_kernels_tiny_run_writes_tables(tmp_path):
     assert all(r["vs_reference"] == 1.0 for r in ref)
     md = (tmp_path / "results.md").read_text()
     assert "GPU numbers are not measured yet" in md and "| 32 |" in md
+
+
+def _conditions_module():
+    sys.path.insert(0, str(SCRIPT.parents[1]))
+    try:
+        import conditions
+    finally:
+        sys.path.pop(0)
+    return conditions
+
+
+def test_conditions_count_the_benchmarks_own_cpu_time_not_as_other_work():
+    conditions = _conditions_module()
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass"
+    with conditions.measure_conditions(packages=["jax"], sample_every_s=0.5) as run:
+        subprocess.run([sys.executable, "-c", burn], check=True)
+    meta = run.as_dict()
+    # The child's 1.5 s of CPU over a wall of at least 1.5 s: close to one core, never more.
+    assert 0.3 < meta["own_cpu_cores"] <= 1.05, meta
+    # Two cores, a load of 2 during the run that is all the benchmark's own: quiet.
+    meta["cpu_cores"] = 2
+    meta["load_average_1min"] = {
+        "before": 0.1,
+        "during_median": 2.0,
+        "during_max": 2.2,
+        "after": 1.0,
+    }
+    meta["own_cpu_cores"] = 1.9
+    assert "a quiet machine" in conditions.conditions_markdown(meta)
+    meta["own_cpu_cores"] = 0.2  # the same load from other work
+    assert "a shared, busy machine" in conditions.conditions_markdown(meta)
