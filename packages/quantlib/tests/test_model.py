@@ -119,3 +119,15 @@ def test_weight_bytes_shrink_4x_for_int8_and_about_8x_for_int4(model):
     assert int8["quantized_float"] / int8["quantized"] == pytest.approx(4, rel=0.05)
     assert int4["quantized_float"] / int4["quantized"] == pytest.approx(8, rel=0.1)
     assert int4["total"] < int8["total"] < float_bytes
+
+
+def test_perplexity_reports_each_batch_loss_for_paired_comparisons(model, batch):
+    """The per-batch losses (what a paired quantised-versus-float spread is computed from)
+    average, token-weighted, to the overall loss."""
+    masked = dict(batch, loss_mask=batch["loss_mask"].at[0].set(0.0))  # 32 tokens instead of 64
+    result = ql.perplexity(model, iter([batch, masked]), 2)
+    assert len(result["batch_losses"]) == 2
+    assert result["batch_tokens"] == [64.0, 32.0]
+    weighted = (64 * result["batch_losses"][0] + 32 * result["batch_losses"][1]) / 96
+    np.testing.assert_allclose(weighted, result["loss"], rtol=1e-6)
+    assert result["batch_losses"][0] != result["batch_losses"][1]

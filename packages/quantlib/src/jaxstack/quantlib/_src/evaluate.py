@@ -48,8 +48,13 @@ def validation_batches(
     )
 
 
-def perplexity(model: nnx.Module, batches: Any, num_batches: int) -> dict[str, float]:
-    """Token-weighted cross-entropy and its exp over `num_batches` batches."""
+def perplexity(model: nnx.Module, batches: Any, num_batches: int) -> dict[str, Any]:
+    """Token-weighted cross-entropy and its exp over `num_batches` batches.
+
+    Also each batch's mean loss and token count (`batch_losses`, `batch_tokens`): two models
+    read on the same batches differ per batch, and the spread of those paired differences is
+    what tells a real perplexity change from batch-to-batch noise.
+    """
     fn, state = forward(model)
 
     @jax.jit
@@ -59,9 +64,16 @@ def perplexity(model: nnx.Module, batches: Any, num_batches: int) -> dict[str, f
         nll = -jnp.take_along_axis(logp, batch["targets"][..., None], axis=-1)[..., 0]
         return jnp.sum(nll * batch["loss_mask"]), jnp.sum(batch["loss_mask"])
 
-    total, tokens = 0.0, 0.0
+    sums, counts = [], []
     for _ in range(num_batches):
         s, n = loss_sum(state, next(batches))
-        total, tokens = total + float(s), tokens + float(n)
-    loss = total / tokens
-    return {"loss": loss, "perplexity": math.exp(loss), "tokens": tokens}
+        sums.append(float(s))
+        counts.append(float(n))
+    loss = sum(sums) / sum(counts)
+    return {
+        "loss": loss,
+        "perplexity": math.exp(loss),
+        "tokens": sum(counts),
+        "batch_losses": [s / n for s, n in zip(sums, counts, strict=True)],
+        "batch_tokens": counts,
+    }

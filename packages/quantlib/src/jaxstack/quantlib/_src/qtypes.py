@@ -5,8 +5,15 @@
 - `nf4` (weights only): QLoRA's 4-bit NormalFloat, sixteen levels at the quantiles of a normal
   distribution scaled to [-1, 1], stored as 4-bit indices two per byte.
 
-A format's `qmax` is the magnitude of its largest code: a block's scale is its calibrated bound
-divided by `qmax`, so the bound maps onto the largest code.
+A format's `qmax` is the magnitude of its largest code. A block's scale is its calibrated bound
+divided by the format's `scale_bound`: for the float formats that is `qmax` (the bound maps
+onto the largest value); for the integers it is `qmax + 0.5`, the outer edge of the top code's
+rounding bucket (Qwix's and AQT's rule), so every step is 1/15 (int4) or 1/255 (int8) of the
+range instead of 1/14 or 1/254, and a value at the bound is clipped by half a step. Integer
+codes are symmetric (-qmax..qmax): the bound itself lands on a rounding tie (7.5), and which
+of -7 or -8 a tie at the negative bound took would depend on the last bit of the scale's
+float arithmetic; both are half a step away, so clipping to -qmax first makes the choice
+deterministic (the same codes from PTQ and from QAT's fake quantisation) at no cost in error.
 """
 
 from __future__ import annotations
@@ -56,6 +63,11 @@ class QType:
     def packed(self) -> bool:
         return self.bits == 4
 
+    @property
+    def scale_bound(self) -> float:
+        """The scaled magnitude a block's calibrated bound maps onto (see the module doc)."""
+        return self.qmax + 0.5 if self.kind == "int" else self.qmax
+
 
 QTYPES = {
     q.name: q
@@ -83,7 +95,7 @@ def get_qtype(name: str, field: str = "qtype", *, weights: bool = True) -> QType
 def encode(scaled: jax.Array, q: QType) -> jax.Array:
     """Codes of `scaled` (values already divided by their scale), clipped to the format."""
     if q.kind == "int":
-        return jnp.clip(jnp.round(scaled), -q.qmax - 1, q.qmax).astype(jnp.int8)
+        return jnp.round(jnp.clip(scaled, -q.qmax, q.qmax)).astype(jnp.int8)
     if q.kind == "float":
         return jnp.clip(scaled, -q.qmax, q.qmax).astype(q.storage)
     levels = jnp.asarray(NF4_LEVELS)

@@ -168,9 +168,10 @@ def _calibrate(
     for path, module, rule in static:
         if path not in bounds:
             raise RuleError(f"module {path!r} was not called during calibration")
-        qmax = qtypes.get_qtype(rule.act_qtype, "act_qtype", weights=False).qmax
+        q = qtypes.get_qtype(rule.act_qtype, "act_qtype", weights=False)
         bound = float(np.mean(bounds[path]))
-        module.act_scale = intercept.ActScale(jnp.float32(bound / qmax if bound > 0 else 1.0))
+        scale = bound / q.scale_bound if bound > 0 else 1.0
+        module.act_scale = intercept.ActScale(jnp.float32(scale))
         intercept.intercept(module, path, rule, "ptq")
 
 

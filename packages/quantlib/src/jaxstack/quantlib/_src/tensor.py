@@ -150,7 +150,7 @@ def quantize_tensor(
         raise RuleError(f"tile_size={tile_size} does not divide the contracted size {k}")
     blocks = w.astype(jnp.float32).reshape(k // tile, tile, n)
     bound = calibration.bound_fn(calibration_method)(jnp.abs(blocks), axis=1, keepdims=False)
-    scales = jnp.where(bound > 0, bound / q.qmax, 1.0).astype(jnp.float32)
+    scales = jnp.where(bound > 0, bound / q.scale_bound, 1.0).astype(jnp.float32)
     codes = qtypes.encode(blocks / scales[:, None, :], q).reshape(k, n)
     values = qtypes.pack(codes) if q.packed else codes
     return QuantizedTensor(values, scales, None, q.name, jnp.dtype(w.dtype), shape, contract_ndim)
@@ -175,6 +175,6 @@ def fake_quantize_activation(
     xf = x.astype(jnp.float32)
     if scale is None:
         bound = calibration.bound_fn(calibration_method)(jnp.abs(xf), axis=-1, keepdims=True)
-        scale = jnp.where(bound > 0, bound / q.qmax, 1.0)
+        scale = jnp.where(bound > 0, bound / q.scale_bound, 1.0)
     deq = (qtypes.decode(qtypes.encode(xf / scale, q), q) * scale).astype(x.dtype)
     return x + jax.lax.stop_gradient(deq - x)
