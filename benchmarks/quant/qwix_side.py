@@ -39,9 +39,9 @@ RULES = {
 }
 
 
-def perplexity(model, src, args) -> float:
-    """quantlib.perplexity's measure through `nnx.jit` (a Qwix model may update itself while it
-    runs, so it is called as a module, not as a pure function)."""
+def perplexity(model, src, args) -> dict:
+    """quantlib.perplexity's measure (and its per-batch losses) through `nnx.jit` (a Qwix model
+    may update itself while it runs, so it is called as a module, not as a pure function)."""
 
     @nnx.jit
     def loss_sum(model, batch):
@@ -51,11 +51,15 @@ def perplexity(model, src, args) -> float:
         return jnp.sum(nll * batch["loss_mask"]), jnp.sum(batch["loss_mask"])
 
     batches = ql.validation_batches(src.tokenizer, seq_len=src.seq_len, batch_size=args.batch_size)
-    total = tokens = 0.0
+    sums, counts = [], []
     for _ in range(args.eval_batches):
         s, n = loss_sum(model, next(batches))
-        total, tokens = total + float(s), tokens + float(n)
-    return math.exp(total / tokens)
+        sums.append(float(s))
+        counts.append(float(n))
+    return {
+        "perplexity": math.exp(sum(sums) / sum(counts)),
+        "batch_losses": [s / n for s, n in zip(sums, counts, strict=True)],
+    }
 
 
 class EinsumDense(nnlib.Dense):
@@ -118,7 +122,7 @@ def model_level(src, name, args) -> dict:
     except Exception as e:  # reported, not hidden: Qwix's own error on this model
         return {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"}
     n, total = int_leaves(q)
-    return {"quantized_leaves": n, "state_bytes": total, "perplexity": perplexity(q, src, args)}
+    return {"quantized_leaves": n, "state_bytes": total, **perplexity(q, src, args)}
 
 
 def main() -> None:

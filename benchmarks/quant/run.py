@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import pathlib
 import statistics
 import subprocess
@@ -38,9 +39,19 @@ ROWS = {
 }
 
 
-def perplexity(model, src, args) -> float:
+def perplexity(model, src, args) -> dict:
     batches = ql.validation_batches(src.tokenizer, seq_len=src.seq_len, batch_size=args.batch_size)
-    return ql.perplexity(model, batches, args.eval_batches)["perplexity"]
+    r = ql.perplexity(model, batches, args.eval_batches)
+    return {"perplexity": r["perplexity"], "batch_losses": r["batch_losses"]}
+
+
+def change(a: dict, b: dict) -> tuple[float, float]:
+    """Perplexity change of `a` over `b` in %, and two standard errors of it: both were read on
+    the same batches, so the spread of the per-batch loss differences is the noise."""
+    d = [x - y for x, y in zip(a["batch_losses"], b["batch_losses"], strict=True)]
+    return (a["perplexity"] / b["perplexity"] - 1) * 100, 200 * statistics.stdev(d) / math.sqrt(
+        len(d)
+    )
 
 
 def fine_tune(model, src, args, rules=None):
@@ -105,28 +116,31 @@ def qwix_rows(run: str, args) -> dict:
 
 def bench_model(name: str, run: str, args) -> dict:
     src = ql.load_run(run)
-    fp = perplexity(src.model, src, args)
-    float_bytes = ql.weight_bytes(src.model)
-    rows = {"float32": {"perplexity": fp, "bytes": float_bytes}}
+    rows = {"float32": perplexity(src.model, src, args) | {"bytes": ql.weight_bytes(src.model)}}
     for row, rules in ROWS.items():
         q = ql.quantize(src.model, ql.PtqProvider(rules))
-        rows[row] = {"perplexity": perplexity(q, src, args), "bytes": ql.weight_bytes(q)}
+        rows[row] = perplexity(q, src, args) | {"bytes": ql.weight_bytes(q)}
     # QAT against the same fine-tune without fake quantisation: both train from the same
     # weights for the same steps, so the trained-for-longer gain cancels (see README).
     to_int4 = lambda m: ql.quantize(m, ql.PtqProvider(ROWS["int4"]))
     control = fine_tune(src.model, src, args)
     qat = to_int4(fine_tune(src.model, src, args, ROWS["int4"]))
-    rows["float32 fine-tuned (control)"] = {"perplexity": perplexity(control, src, args)}
+    rows["float32 fine-tuned (control)"] = perplexity(control, src, args)
     control_int4 = to_int4(control)
-    rows["int4 PTQ of the control"] = {
-        "perplexity": perplexity(control_int4, src, args),
-        "bytes": ql.weight_bytes(control_int4),
+    rows["int4 PTQ of the control"] = perplexity(control_int4, src, args) | {
+        "bytes": ql.weight_bytes(control_int4)
     }
-    rows["int4 QAT"] = {"perplexity": perplexity(qat, src, args), "bytes": ql.weight_bytes(qat)}
-    base = rows["float32 fine-tuned (control)"]["perplexity"]
-    ptq_loss = rows["int4 PTQ of the control"]["perplexity"] / base - 1
-    qat_loss = rows["int4 QAT"]["perplexity"] / base - 1
-    qat_summary = {"ptq_loss": ptq_loss, "qat_loss": qat_loss, "recovered": 1 - qat_loss / ptq_loss}
+    rows["int4 QAT"] = perplexity(qat, src, args) | {"bytes": ql.weight_bytes(qat)}
+    base = rows["float32 fine-tuned (control)"]
+    ptq_loss, ptq_2se = change(rows["int4 PTQ of the control"], base)
+    qat_loss, qat_2se = change(rows["int4 QAT"], base)
+    qat_summary = {
+        "ptq_loss_pct": ptq_loss,
+        "ptq_loss_2se": ptq_2se,
+        "qat_loss_pct": qat_loss,
+        "qat_loss_2se": qat_2se,
+        "recovered": 1 - qat_loss / ptq_loss,
+    }
     models = {"float32": src.model} | {
         row: ql.quantize(src.model, ql.PtqProvider(ROWS[row])) for row in DECODE_ROWS
     }
@@ -163,31 +177,36 @@ def markdown(results: dict) -> str:
     lines.append(f"Settings: `{json.dumps(results['settings'])}`")
     st = results["settings"]
     for name, r in results["models"].items():
-        fp = r["rows"]["float32"]["perplexity"]
+        fp = r["rows"]["float32"]
         lines += ["", f"## {name}: {r['model_config']} (run step {r['step']})", ""]
         lines += [
-            "| rule | quantlib perplexity | change | weight bytes | Qwix perplexity | change "
-            "| Qwix weight bytes |",
-            "|---|---|---|---|---|---|---|",
+            "| rule | quantlib perplexity | change (± 2 SE) | weight bytes | Qwix perplexity "
+            "| change (± 2 SE) | Qwix weight bytes | quantlib - Qwix (± 2 SE) |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for row, v in r["rows"].items():
-            ppl = v["perplexity"]
+            c, se = change(v, fp)
             qx = r["qwix"].get(row, {}).get("model", {}) if row in ROWS else {}
             if "perplexity" in qx:
+                qc, qse = change(qx, fp)
+                vs, vse = change(v, qx)
                 qwix_s = (
-                    f"{qx['perplexity']:.4f} | {(qx['perplexity'] / fp - 1) * 100:+.2f}% | "
-                    f"{qx['state_bytes'] / 1e6:.2f} MB"
+                    f"{qx['perplexity']:.4f} | {qc:+.2f}% ± {qse:.2f} | "
+                    f"{qx['state_bytes'] / 1e6:.2f} MB | {vs:+.2f}% ± {vse:.2f}"
                 )
             else:
-                qwix_s = f"{qx.get('error', r['qwix'].get('error', '-'))} | - | -"
+                qwix_s = f"{qx.get('error', r['qwix'].get('error', '-'))} | - | - | -"
             b = fmt_bytes(v["bytes"]) if "bytes" in v else "-"
-            lines.append(f"| {row} | {ppl:.4f} | {(ppl / fp - 1) * 100:+.2f}% | {b} | {qwix_s} |")
+            lines.append(
+                f"| {row} | {v['perplexity']:.4f} | {c:+.2f}% ± {se:.2f} | {b} | {qwix_s} |"
+            )
         q = r["qat"]
         lines += [
             "",
             f"int4 QAT ({st['qat_steps']} steps at lr {st['qat_lr']}): against the float "
-            f"fine-tune of the same steps, int4 PTQ loses {q['ptq_loss'] * 100:+.3f}% and QAT "
-            f"{q['qat_loss'] * 100:+.3f}%: QAT recovers {q['recovered'] * 100:.0f}% of that loss.",
+            f"fine-tune of the same steps, int4 PTQ loses {q['ptq_loss_pct']:+.3f}% "
+            f"(± {q['ptq_loss_2se']:.3f}) and QAT {q['qat_loss_pct']:+.3f}% "
+            f"(± {q['qat_loss_2se']:.3f}): QAT recovers {q['recovered'] * 100:.0f}% of that loss.",
         ]
         d = r["decode_ms"]
         lines += [
@@ -210,7 +229,7 @@ def main() -> None:
     parser.add_argument("--eval-batches", type=int, default=8)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--qat-steps", type=int, default=50)
-    parser.add_argument("--qat-lr", type=float, default=3e-5)
+    parser.add_argument("--qat-lr", type=float, default=2e-4)
     parser.add_argument("--decode-steps", type=int, default=32)
     parser.add_argument("--decode-rounds", type=int, default=3)
     parser.add_argument("--out", default=str(HERE))

@@ -40,6 +40,25 @@ def test_qat_gradients_are_the_float_gradients_at_the_quantised_point(model, bat
         np.testing.assert_allclose(g, gf, rtol=1e-3, atol=1e-5 * float(jnp.abs(gf).max()))
 
 
+def test_qat_fake_quantisation_under_jit_is_bit_exact_with_the_stored_ptq_weights(model):
+    """What QAT trains against (fake quantisation, jitted as in a train step) is exactly what
+    PTQ stores: same tiles, same scales, same codes, so conversion loses nothing."""
+    ptq = ql.quantize(model, ql.PtqProvider([ql.QuantRule(".*", "int4", tile_size=64)]))
+    stored = {p: m.kernel.get_value() for p, m in nnlib.iter_modules(ptq) if hasattr(m, "kernel")}
+    assert len(stored) == 15
+    for path, module in nnlib.iter_modules(model):
+        if path in stored:
+            n = stored[path].contract_ndim
+
+            def train_view(w, n=n):  # the forward value, from inside a jitted gradient
+                fq = ql.fake_quantize(w, "int4", tile_size=64, contract_ndim=n)
+                return jnp.sum(fq * fq), fq
+
+            _, seen = jax.jit(jax.grad(train_view, has_aux=True))(module.kernel[...])
+            expected = np.asarray(stored[path].dequantize())
+            np.testing.assert_array_equal(np.asarray(seen), expected, err_msg=path)
+
+
 def test_qat_with_quantised_activations_gives_every_kernel_a_gradient(model, batch):
     apply, params = nnlib.as_function(ql.quantize(model, ql.QatProvider(INT4)))
     grads = jax.grad(loss_fn(apply, batch))(params)
