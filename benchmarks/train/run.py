@@ -39,10 +39,15 @@ CASES = {
 
 
 def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
-    """A short file-name tag for the CPU kind: vendor, family and widest vector unit."""
+    """A short file-name tag for the CPU kind: vendor, family, widest vector unit and the
+    matrix/bf16 extensions that change which dtype is fastest (AMX tiles, AVX512-BF16)."""
     words = cpu_model.lower().replace("(r)", "").replace("(tm)", "").split()
     vendor = "-".join(w for w in words[:2] if w.isalpha()) or "cpu"
     vector = "avx512" if "avx512f" in cpu_flags else "avx2" if "avx2" in cpu_flags else "novec"
+    if "amx_tile" in cpu_flags:
+        vector += "-amx"
+    elif "avx512_bf16" in cpu_flags:
+        vector += "-bf16"
     return f"{vendor}-{vector}"
 
 
