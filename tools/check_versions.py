@@ -1,5 +1,6 @@
-"""Release check: every package's CHANGELOG top entry is its version, and a package whose shipped
-files changed after its release has a new version.
+"""Release check: every package's CHANGELOG top entry is its version, the root README's package
+table gives that version, and a package whose shipped files changed after its release has a new
+version.
 
 The repository keeps no tags: version V begins at the first commit whose `pyproject.toml` says V
 and is released with the last commit of the working session that introduced it
@@ -13,9 +14,11 @@ REV instead, and any change needs a version other than the one at REV (useful in
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import releases
+import workspace
 from workspace import Package, all_packages, changelog_top_version
 
 UNSHIPPED = ("tests/",)
@@ -41,14 +44,33 @@ def unreleased_change(package: Package) -> str | None:
     )
 
 
+def readme_version(readme: str, package: Package) -> str | None:
+    """The version in the last cell of the package's row of the README's package table
+    (`| [name](packages/<folder>) | ... | 0.4.1 (a status note) |`); None without a row."""
+    row = re.search(
+        rf"^\| \[[^\]]+\]\(packages/{re.escape(package.folder)}\) \|.*\| *([0-9][^ |]*)[^|]*\| *$",
+        readme,
+        re.M,
+    )
+    return row.group(1) if row else None
+
+
 def problems(since: str | None) -> list[str]:
     found = []
+    readme_path = workspace.ROOT / "README.md"
+    readme = readme_path.read_text() if readme_path.exists() else None
     for package in all_packages():
         top = changelog_top_version(package)
         if top != package.version:
             found.append(
                 f"{package.folder}: CHANGELOG.md top entry is [{top}] but pyproject.toml says "
                 f"{package.version}; add a '## [{package.version}]' entry (or fix the version)."
+            )
+        listed = readme_version(readme, package) if readme is not None else package.version
+        if listed != package.version:
+            found.append(
+                f"{package.folder}: README.md's package table gives {listed or 'no row'} but "
+                f"pyproject.toml says {package.version}; update the table's row."
             )
         if since is None:
             if problem := unreleased_change(package):

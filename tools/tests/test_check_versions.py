@@ -69,6 +69,22 @@ def test_changelog_mismatch_is_reported(repo):
     assert "top entry is [0.1.0]" in problem and "0.2.0" in problem
 
 
+def test_a_stale_or_missing_readme_row_is_reported(repo):
+    root, _ = repo
+    write_package(root, "0.2.0", "0.2.0")
+    row = "| [demo](packages/demo) | `jaxstack.demo` | a demo | {} |\n"
+    (root / "README.md").write_text("| package | import | what | version |\n" + row.format("0.1.0"))
+    [problem] = check_versions.problems(since=None)
+    assert "README.md's package table gives 0.1.0" in problem and "says 0.2.0" in problem
+
+    (root / "README.md").write_text(row.format("0.2.0 (GPU speed not yet measured)"))
+    assert check_versions.problems(since=None) == []
+
+    (root / "README.md").write_text("no table\n")
+    [problem] = check_versions.problems(since=None)
+    assert "gives no row" in problem
+
+
 def test_a_change_after_the_releasing_session_needs_a_new_version(repo):
     root, commit = repo
     write_package(root, "0.1.0", "0.1.0")
