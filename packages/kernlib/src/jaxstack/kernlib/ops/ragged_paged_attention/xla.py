@@ -45,7 +45,9 @@ def run(
     num_pages, page_size, hkv, _ = k_pages.shape
     g = hq // hkv
     scale = attention_base.default_scale(d, scale)
-    chunk = max(1, CHUNK_TOKENS // page_size)
+    # A chunk never spans more pages than a block table holds: with short sequences (RL
+    # rollouts: one page each) a full CHUNK_TOKENS chunk would gather and mask mostly padding.
+    chunk = max(1, min(CHUNK_TOKENS // page_size, block_tables.shape[1]))
     width = -(-block_tables.shape[1] // chunk) * chunk
     tables = jnp.pad(block_tables, ((0, 0), (0, width - block_tables.shape[1])))
     groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, sliding_window)
