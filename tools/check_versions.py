@@ -66,8 +66,7 @@ def problems(since: str | None) -> list[str]:
                 f"{package.folder}: CHANGELOG.md top entry is [{top}] but pyproject.toml says "
                 f"{package.version}; add a '## [{package.version}]' entry (or fix the version)."
             )
-        listed = readme_version(readme, package) if readme is not None else package.version
-        if listed != package.version:
+        if readme is not None and (listed := readme_version(readme, package)) != package.version:
             found.append(
                 f"{package.folder}: README.md's package table gives {listed or 'no row'} but "
                 f"pyproject.toml says {package.version}; update the table's row."
