@@ -77,11 +77,23 @@ def recipe(out_dir: str | None) -> dict:
 
     out = pathlib.Path(out_dir or tempfile.mkdtemp(prefix="rl-recipe-"))
     summary = rl.run_arithmetic(out)
-    keep = ("num_train_problems", "num_heldout_problems", "difficulty", "accuracy_sft")
-    result = {k: summary[k] for k in keep}
-    result.update(
-        {k: summary[k] for k in ("accuracy_grpo", "gain_points", "sft_s", "grpo_s", "curve")}
+    keep = (
+        "num_train_problems",
+        "num_heldout_problems",
+        "num_validation_problems",
+        "heldout_multiplications",
+        "sft_target",
+        "sft_steps",
+        "difficulty",
+        "accuracy_sft",
+        "accuracy_grpo",
+        "gain_points",
+        "accuracy_by_operation",
+        "sft_s",
+        "grpo_s",
+        "curve",
     )
+    result = {k: summary[k] for k in keep}
     result["settings"] = {"sft": summary["sft_config"], "grpo": summary["grpo_config"]}
     return result
 
@@ -117,14 +129,22 @@ def markdown(results: dict) -> str:
             conditions_markdown(c),
             "",
             f"{r['num_train_problems']} training problems, {r['num_heldout_problems']} held out "
-            f"(difficulty {r['difficulty']}). SFT {r['sft_s']:.0f} s, GRPO {r['grpo_s']:.0f} s.",
+            f"({r['heldout_multiplications']} of them multiplications; difficulty "
+            f"{r['difficulty']}). SFT stopped after {r['sft_steps']} steps, at the first "
+            f"evaluation with >= {r['sft_target']:.0%} exact match on "
+            f"{r['num_validation_problems']} validation problems. SFT {r['sft_s']:.0f} s, "
+            f"GRPO {r['grpo_s']:.0f} s.",
             "",
             f"Held-out exact match: **{r['accuracy_sft']:.1%} after SFT -> "
             f"{r['accuracy_grpo']:.1%} after GRPO ({r['gain_points']:+.1f} points)**.",
             "",
-            "| GRPO iteration | held-out accuracy |",
-            "|---|---|",
-            *(f"| {p['iteration']} | {p['accuracy']:.1%} |" for p in r["curve"]),
+            "| GRPO iteration | held-out accuracy | additions | multiplications |",
+            "|---|---|---|---|",
+            *(
+                f"| {p['iteration']} | {p['accuracy']:.1%} | {p['addition']:.1%} | "
+                f"{p['multiplication']:.1%} |"
+                for p in r["curve"]
+            ),
             "",
         ]
     return "\n".join(lines)

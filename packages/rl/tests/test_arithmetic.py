@@ -15,6 +15,14 @@ def test_split_is_deterministic_disjoint_and_sized():
     assert not set(train) & set(held)
 
 
+def test_held_out_problems_follow_the_training_mix():
+    # The default sizes have only 900 distinct 2-digit x 1-digit products, which run out while
+    # the 4,500 problems are drawn: held-out and training problems must still be one mix.
+    train, held = rl.arithmetic.split(4000, 500, seed=0)
+    share = [sum("*" in p for p in part) / len(part) for part in (train, held)]
+    assert share[0] == pytest.approx(share[1], abs=0.01)
+
+
 @pytest.mark.parametrize(
     ("prompt", "completion", "exact", "credit"),
     [

@@ -12,6 +12,22 @@ from jaxstack.rl._src.encode import Encoder, build_chat_template
 from jaxstack.rl._src.records import SftRecord
 
 
+def sft_config(tmp_path, tiny, data, *overrides):
+    """A tiny SFT run on `data` in tmp_path/run: rows of 32 tokens, batches of 4."""
+    return rl.load_config(
+        "sft",
+        None,
+        [
+            *tiny,
+            f"data.path={data}",
+            "data.seq_len=32",
+            "data.batch_size=4",
+            f"log.run_dir={tmp_path / 'run'}",
+            *overrides,
+        ],
+    )
+
+
 def test_chat_documents_learn_only_the_assistant_reply_and_eos():
     tok = datalib.ByteTokenizer()
     encoder = Encoder(tok, build_chat_template(None))
@@ -44,20 +60,14 @@ def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, write_jsonl):
     ]
     path = write_jsonl(tmp_path / "chat.jsonl", chats)
     pattern = r"attn/(q|v)_proj$"
-    config = rl.load_config(
-        "sft",
-        None,
-        [
-            *tiny,
-            f"data.path={path}",
-            "data.seq_len=32",
-            "data.batch_size=4",
-            "train.steps=3",
-            "optim.lr=1e-2",
-            "lora.rank=4",
-            f"lora.pattern={pattern}",
-            f"log.run_dir={tmp_path / 'run'}",
-        ],
+    config = sft_config(
+        tmp_path,
+        tiny,
+        path,
+        "train.steps=3",
+        "optim.lr=1e-2",
+        "lora.rank=4",
+        f"lora.pattern={pattern}",
     )
     result = rl.sft(config)
     assert result.step == 3
@@ -103,21 +113,15 @@ def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, write_jsonl):
 def test_qlora_sft_trains_adapters_over_an_nf4_base(tmp_path, tiny, write_jsonl):
     records = [{"prompt": f"{i}+1=", "completion": str(i + 1)} for i in range(20)]
     path = write_jsonl(tmp_path / "pc.jsonl", records)
-    config = rl.load_config(
-        "sft",
-        None,
-        [
-            *tiny,
-            f"data.path={path}",
-            "data.seq_len=32",
-            "data.batch_size=4",
-            "train.steps=4",
-            "optim.lr=3e-2",
-            "lora.rank=4",
-            "lora.quantize=nf4",
-            "lora.quantize_tile=16",
-            f"log.run_dir={tmp_path / 'run'}",
-        ],
+    config = sft_config(
+        tmp_path,
+        tiny,
+        path,
+        "train.steps=4",
+        "optim.lr=3e-2",
+        "lora.rank=4",
+        "lora.quantize=nf4",
+        "lora.quantize_tile=16",
     )
     result = rl.sft(config)
     assert result.summary["final_loss"] < result.summary["first_loss"]
@@ -125,3 +129,35 @@ def test_qlora_sft_trains_adapters_over_an_nf4_base(tmp_path, tiny, write_jsonl)
     assert adapters.is_file() and not (tmp_path / "run" / "model").exists()
     with pytest.raises(rl.ConfigError, match="QLoRA"):
         rl.load_config("grpo", None, ["lora.rank=4", "lora.quantize=nf4"])
+
+
+def test_sft_evaluates_the_current_params_and_stops_when_told(tmp_path, tiny, write_jsonl):
+    from jaxstack import ckptlib
+    from jaxstack.serving import LLM, SamplingParams
+
+    records = [{"prompt": f"echo {i}=", "completion": str(i)} for i in range(20)]
+    path = write_jsonl(tmp_path / "echo.jsonl", records)
+    config = sft_config(tmp_path, tiny, path, "train.steps=12", "eval.every=4", "optim.lr=1e-2")
+    seen = {}
+
+    def evaluate(step, generate):
+        seen[step] = generate(["echo 3=", "echo 7="])
+        return {"score": step / 100}
+
+    result = rl.sft(
+        config,
+        evaluate=evaluate,
+        stop=lambda step, metrics: metrics.get("score", 0.0) >= 0.08,
+        max_new_tokens=4,
+    )
+    assert result.step == 8 and sorted(seen) == [4, 8]
+    assert ckptlib.CheckpointManager(tmp_path / "run" / "checkpoints").latest_step() == 8
+    # what the evaluation generated at the stop is the exported model's greedy output
+    tok = datalib.ByteTokenizer()
+    encoder = Encoder(tok, build_chat_template(None))
+    llm = LLM(str(tmp_path / "run" / "model"), tok, max_num_seqs=4)
+    outputs = llm.generate(
+        [[int(t) for t in encoder.prompt(p)] for p in ["echo 3=", "echo 7="]],
+        SamplingParams(temperature=0.0, max_tokens=4),
+    )
+    assert seen[8] == [o.outputs[0].text for o in outputs]

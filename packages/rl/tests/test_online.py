@@ -29,7 +29,8 @@ def test_engine_greedy_follows_handed_off_weights(tiny):
         policy, place_role(config, "rollout"), max_model_len=32, max_num_seqs=4, seed=0
     )
     encoder = Encoder(policy.tokenizer, build_chat_template(None))
-    prompts = [encoder.prompt(p) for p in ["12+34=", "56+78="]]  # equal lengths for nnlib
+    texts = ["12+34=", "56+78="]
+    prompts = [encoder.prompt(p) for p in texts]  # equal lengths for nnlib
 
     def reference(params):
         """nnlib's own greedy decode of the model with these (adapter) params."""
@@ -49,12 +50,12 @@ def test_engine_greedy_follows_handed_off_weights(tiny):
 
     keys = iter(jax.random.split(jax.random.key(1), 100))
     moved = jax.tree.map(lambda x: x + 2.0 * jax.random.normal(next(keys), x.shape), policy.params)
-    before = sampler.greedy(policy.params, prompts, 8)
-    after = sampler.greedy(moved, prompts, 8)
+    before = sampler.greedy_fn(policy.params, encoder, 8)(texts)
+    after = sampler.greedy_fn(moved, encoder, 8)(texts)
     assert before == reference(policy.params)
     assert after == reference(moved)
     assert after != before
-    assert sampler.greedy(policy.params, prompts, 8) == before  # and back again
+    assert sampler.greedy_fn(policy.params, encoder, 8)(texts) == before  # and back again
 
 
 def test_scored_log_probs_are_those_of_the_sampling_temperature(tiny):

@@ -105,9 +105,17 @@ def problems(n: int, *, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY) 
 def split(
     num_train: int, num_eval: int, *, seed: int, difficulty: Difficulty = DEFAULT_DIFFICULTY
 ) -> tuple[list[str], list[str]]:
-    """Disjoint (train, held-out) prompt lists from one deterministic stream."""
+    """Disjoint (train, held-out) prompt lists from one deterministic stream, stratified so
+    that both have the stream's share of multiplications. (The stream's first draws are richer
+    in the scarcer products, 900 distinct ones at 2 x 1 digits, than its last: cutting it in
+    order would test on another mix than the one trained on.)"""
     every = problems(num_train + num_eval, seed=seed, difficulty=difficulty)
-    return every[num_eval:], every[:num_eval]
+    np.random.default_rng(seed).shuffle(every)
+    products = [p for p in every if "*" in p]
+    held_products = round(num_eval * len(products) / len(every))
+    sums = [p for p in every if "*" not in p]
+    held = set(products[:held_products] + sums[: num_eval - held_products])
+    return [p for p in every if p not in held], [p for p in every if p in held]
 
 
 def write_jsonl(path: str | pathlib.Path, prompts: list[str], *, with_answers: bool) -> None:

@@ -119,7 +119,7 @@ def group_advantages(
 def grpo_loss(
     logps: jax.Array,
     old_logps: jax.Array,
-    ref_logps: jax.Array,
+    ref_logps: jax.Array | None,
     advantages: jax.Array,
     mask: jax.Array,
     *,
@@ -132,7 +132,8 @@ def grpo_loss(
 
     Args:
       logps, old_logps, ref_logps: [B, T] token log-probs under the policy being trained, the
-        policy that sampled the completions, and the reference policy.
+        policy that sampled the completions, and the reference policy. `ref_logps=None`
+        drops the KL term (and its metric): with `kl_coef=0` no reference model need run.
       advantages: [B] one advantage per completion (`group_advantages`), shared by its tokens.
       mask: [B, T] 1 on completion tokens.
 
@@ -148,19 +149,21 @@ def grpo_loss(
     ratio = jnp.exp(logps - old_logps)
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     surrogate = jnp.minimum(ratio * adv, clipped * adv)
-    log_ref_ratio = ref_logps - logps
-    kl = jnp.exp(log_ref_ratio) - log_ref_ratio - 1.0
-    per_token = surrogate - kl_coef * kl
+    metrics = {
+        "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),
+        "ratio": _masked_mean(ratio, mask),
+    }
+    per_token = surrogate
+    if ref_logps is not None:
+        log_ref_ratio = ref_logps - logps
+        kl = jnp.exp(log_ref_ratio) - log_ref_ratio - 1.0
+        per_token = surrogate - kl_coef * kl
+        metrics["kl"] = _masked_mean(kl, mask)
     if loss_type == "dr_grpo":
         objective = (per_token * mask).sum() / (mask.shape[0] * max_tokens)
     else:
         lengths = jnp.maximum(mask.sum(axis=1), 1.0)
         objective = ((per_token * mask).sum(axis=1) / lengths).mean()
-    metrics = {
-        "kl": _masked_mean(kl, mask),
-        "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),
-        "ratio": _masked_mean(ratio, mask),
-    }
     return -objective, metrics
 
 

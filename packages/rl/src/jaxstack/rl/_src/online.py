@@ -34,7 +34,7 @@ from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
 from jaxstack.rl._src.rewards import Reward, as_rewards, score
 from jaxstack.rl._src.rollout import EngineSampler
-from jaxstack.rl._src.run import Run, RunResult, initial_state, optimizer
+from jaxstack.rl._src.run import Evaluate, Run, RunResult, initial_state, optimizer
 from jaxstack.rl._src.sft import export_model, require_data
 
 
@@ -62,6 +62,7 @@ class Rollouter:
         prompts = read_prompts(require_data(config))
         self.config = config
         self.policy = policy
+        self.encoder = encoder
         self.rewards = rewards
         self.texts = [
             p if isinstance(p, str) else encoder.template.render(p, add_generation_prompt=True)
@@ -94,13 +95,7 @@ class Rollouter:
 
     def greedy_fn(self, params: Any) -> Callable[[Sequence[str]], list[str]]:
         """`generate(prompts) -> completions`: greedy, under `params`, for an evaluation."""
-        encoder = Encoder(self.policy.tokenizer, build_chat_template(self.config.sft.chat_template))
-
-        def generate(prompts: Sequence[str]) -> list[str]:
-            ids = [encoder.prompt(p) for p in prompts]
-            return self.sampler.greedy(params, ids, self.config.rollout.max_new_tokens)
-
-        return generate
+        return self.sampler.greedy_fn(params, self.encoder, self.config.rollout.max_new_tokens)
 
     def collect(self, params: Any, iteration: int) -> Rollouts:
         r, data = self.config.rollout, self.config.base.data
@@ -131,9 +126,6 @@ class Rollouter:
         return Rollouts(batch, rewards, valid, metrics)
 
 
-Evaluate = Callable[[int, Callable[[Sequence[str]], list[str]]], dict[str, float]]
-
-
 def _online_run(
     config: RLConfig,
     rewards: Mapping[str, float] | Sequence[Any] | None,
@@ -148,7 +140,6 @@ def _online_run(
     roles = place_roles(config)
     policy = build_policy(config)
     rollouter = Rollouter(config, policy, reward_list, roles)
-    every, total = config.base.eval.every, config.base.train.steps
     run = Run(config)
     try:
         update = make_update(policy, roles)
@@ -157,7 +148,7 @@ def _online_run(
 
         def step_fn(state, step):
             state, metrics = update.iteration(state, step, rollouter)
-            if evaluate is not None and ((every and (step + 1) % every == 0) or step + 1 == total):
+            if evaluate is not None and run.evaluation_due(step + 1):
                 generate = rollouter.greedy_fn(update.policy_params(state["params"]))
                 metrics.update(evaluate(step + 1, generate))
             return state, metrics
@@ -178,8 +169,9 @@ class GrpoUpdate:
         self.policy = policy
         self.actor, self.reference = roles["actor"], roles["reference"]
         self.tx = optimizer(config, policy.params)
-        self.ref_params = self.reference.put(policy.params)
         g, temperature = config.grpo, config.rollout.temperature
+        # Without a KL term the reference policy is never read: no copy, no forward pass.
+        self.ref_params = self.reference.put(policy.params) if g.kl_coef else None
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
         self.on_policy = g.updates_per_iteration == 1
@@ -190,7 +182,7 @@ class GrpoUpdate:
             return losses.grpo_loss(
                 logps,
                 jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
-                batch["ref_logps"],
+                batch.get("ref_logps"),
                 batch["advantages"],
                 batch["loss_mask"],
                 clip_eps=g.clip_eps,
@@ -213,8 +205,9 @@ class GrpoUpdate:
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
         batch = self.actor.put_batch(rollouts.batch)
-        ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
-        batch["ref_logps"] = self.actor.put_batch(ref_logps)
+        if self.ref_params is not None:
+            ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
+            batch["ref_logps"] = self.actor.put_batch(ref_logps)
         if not self.on_policy:
             batch["old_logps"] = self.logprobs(state["params"], batch)
         advantages = losses.group_advantages(

@@ -22,15 +22,26 @@ from jaxstack.rl._src.online import grpo
 from jaxstack.rl._src.policy import build_tokenizer
 from jaxstack.rl._src.sft import sft
 
-
-def accuracy(prompts: Sequence[str], completions: Sequence[str]) -> float:
-    return sum(
-        arithmetic.exact_answer(p, c) for p, c in zip(prompts, completions, strict=True)
-    ) / len(prompts)
+_OPERATIONS = {"addition": "+", "multiplication": "*"}
 
 
-def evaluate_model(path: pathlib.Path, prompts: Sequence[str], max_new_tokens: int) -> float:
-    """Greedy exact-match accuracy of the HF-layout model at `path`, on the serving engine."""
+def accuracy(prompts: Sequence[str], completions: Sequence[str]) -> dict[str, float]:
+    """Exact-match accuracy over all `prompts` ("all") and per operation, so that a gain on
+    the easy sums cannot hide a loss on the products."""
+    right = [arithmetic.exact_answer(p, c) for p, c in zip(prompts, completions, strict=True)]
+    out = {"all": sum(right) / len(right)}
+    for name, symbol in _OPERATIONS.items():
+        part = [r for p, r in zip(prompts, right, strict=True) if symbol in p]
+        if part:
+            out[name] = sum(part) / len(part)
+    return out
+
+
+def evaluate_model(
+    path: pathlib.Path, prompts: Sequence[str], max_new_tokens: int
+) -> dict[str, float]:
+    """Greedy exact-match accuracy (`accuracy`) of the HF-layout model at `path`, on the
+    serving engine."""
     from jaxstack.serving import LLM, SamplingParams
 
     tokenizer = build_tokenizer("byte")
@@ -41,6 +52,15 @@ def evaluate_model(path: pathlib.Path, prompts: Sequence[str], max_new_tokens: i
         SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
     )
     return accuracy(prompts, [o.outputs[0].text for o in outputs])
+
+
+def _curve_point(acc: dict[str, float]) -> dict[str, float]:
+    return {"accuracy": acc["all"], **{k: v for k, v in acc.items() if k != "all"}}
+
+
+def _describe(acc: dict[str, float]) -> str:
+    parts = ", ".join(f"{k} {v:.1%}" for k, v in acc.items() if k != "all")
+    return f"{acc['all']:.1%} ({parts})"
 
 
 def _training_seconds(run_dir: pathlib.Path) -> float:
@@ -57,16 +77,29 @@ def run_arithmetic(
     *,
     sft_overrides: Sequence[str] = (),
     grpo_overrides: Sequence[str] = (),
-    num_train: int = 4000,
+    num_train: int = 3800,
     num_eval: int = 500,
+    num_validation: int = 200,
+    sft_target: float = 0.3,
     seed: int = 0,
     difficulty: arithmetic.Difficulty = arithmetic.DEFAULT_DIFFICULTY,
     log: Any = print,
 ) -> dict[str, Any]:
-    """Runs the recipe in `out_dir`; returns (and writes to recipe.json) the results."""
+    """Runs the recipe in `out_dir`; returns (and writes to recipe.json) the results.
+
+    SFT stops at the first evaluation (every `eval.every` steps) where greedy exact match on
+    `num_validation` problems, disjoint from the `num_eval` held-out ones, reaches
+    `sft_target`, or after its `train.steps`. A small model learns these sums abruptly, after a
+    number of steps that moves with the data and the CPU's floating-point reductions; a fixed
+    step count can land on either side of that jump, a target lands within it, where some
+    samples are right for most problems and GRPO has something to reinforce.
+    """
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    train, held_out = arithmetic.split(num_train, num_eval, seed=seed, difficulty=difficulty)
+    train, held_out = arithmetic.split(
+        num_train + num_validation, num_eval, seed=seed, difficulty=difficulty
+    )
+    validation, train = train[:num_validation], train[num_validation:]
     arithmetic.write_jsonl(out / "sft.jsonl", train, with_answers=True)
     arithmetic.write_jsonl(out / "prompts.jsonl", train, with_answers=False)
 
@@ -75,8 +108,6 @@ def run_arithmetic(
         "arithmetic-sft",
         [f"data.path={out / 'sft.jsonl'}", f"log.run_dir={out / 'sft'}", *sft_overrides],
     )
-    sft(sft_config)
-    sft_s = _training_seconds(out / "sft")
     grpo_config = load_config(
         "grpo",
         "arithmetic-grpo",
@@ -88,28 +119,46 @@ def run_arithmetic(
         ],
     )
     max_new = grpo_config.rollout.max_new_tokens
-    before = evaluate_model(out / "sft" / "model", held_out, max_new)
-    log(f"held-out exact-match accuracy after SFT: {before:.1%} ({len(held_out)} problems)")
 
-    curve = [{"iteration": 0, "accuracy": before}]
+    def validate(step: int, generate) -> dict[str, float]:
+        acc = accuracy(validation, generate(validation))
+        log(f"SFT step {step}: validation accuracy {_describe(acc)}")
+        return {"validation_accuracy": acc["all"]}
+
+    sft_result = sft(
+        sft_config,
+        evaluate=validate,
+        stop=lambda _, metrics: metrics.get("validation_accuracy", 0.0) >= sft_target,
+        max_new_tokens=max_new,
+    )
+    sft_s = _training_seconds(out / "sft")
+    before = evaluate_model(out / "sft" / "model", held_out, max_new)
+    log(f"held-out exact-match accuracy after SFT: {_describe(before)} ({len(held_out)} problems)")
+
+    curve = [{"iteration": 0, **_curve_point(before)}]
 
     def evaluate(iteration: int, generate) -> dict[str, float]:
         acc = accuracy(held_out, generate(held_out))
-        curve.append({"iteration": iteration, "accuracy": acc})
-        log(f"iteration {iteration}: held-out accuracy {acc:.1%}")
-        return {"heldout_accuracy": acc}
+        curve.append({"iteration": iteration, **_curve_point(acc)})
+        log(f"iteration {iteration}: held-out accuracy {_describe(acc)}")
+        return {"heldout_accuracy": acc["all"]}
 
     result = grpo(grpo_config, evaluate=evaluate)
     grpo_s = _training_seconds(out / "grpo")
     after = evaluate_model(out / "grpo" / "model", held_out, max_new)
-    log(f"held-out exact-match accuracy after GRPO: {after:.1%} (SFT: {before:.1%})")
+    log(f"held-out exact-match accuracy after GRPO: {_describe(after)} (SFT: {_describe(before)})")
     summary = {
         "num_train_problems": len(train),
         "num_heldout_problems": len(held_out),
+        "num_validation_problems": len(validation),
+        "sft_target": sft_target,
+        "sft_steps": sft_result.step,
+        "heldout_multiplications": sum("*" in p for p in held_out),
         "difficulty": vars(difficulty),
-        "accuracy_sft": before,
-        "accuracy_grpo": after,
-        "gain_points": 100 * (after - before),
+        "accuracy_sft": before["all"],
+        "accuracy_grpo": after["all"],
+        "gain_points": 100 * (after["all"] - before["all"]),
+        "accuracy_by_operation": {"sft": before, "grpo": after},
         "sft_s": sft_s,
         "grpo_s": grpo_s,
         "grpo_iterations": result.step,

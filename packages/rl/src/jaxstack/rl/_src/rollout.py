@@ -11,11 +11,12 @@ one would.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
+from jaxstack.rl._src.encode import Encoder
 from jaxstack.rl._src.placement import Placement
 from jaxstack.rl._src.policy import Policy
 
@@ -94,15 +95,18 @@ class EngineSampler:
                 texts.append(completion.text)
         return Completions(token_ids, texts, sum(len(t) for t in token_ids))
 
-    def greedy(
-        self, params: Any, prompt_ids: Sequence[np.ndarray], max_new_tokens: int
-    ) -> list[str]:
-        """Greedy completions of `prompt_ids` under `params` (for evaluation)."""
+    def greedy_fn(
+        self, params: Any, encoder: Encoder, max_new_tokens: int
+    ) -> Callable[[Sequence[str]], list[str]]:
+        """`generate(prompts) -> completions`: greedy under `params`, for an evaluation."""
         from jaxstack.serving import SamplingParams
 
-        self.update_weights(params)
-        outputs = self.llm.generate(
-            [[int(t) for t in p] for p in prompt_ids],
-            SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
-        )
-        return [request.outputs[0].text for request in outputs]
+        def generate(prompts: Sequence[str]) -> list[str]:
+            self.update_weights(params)
+            outputs = self.llm.generate(
+                [[int(t) for t in encoder.prompt(p)] for p in prompts],
+                SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
+            )
+            return [request.outputs[0].text for request in outputs]
+
+        return generate

@@ -18,7 +18,7 @@ import datetime
 import pathlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -28,6 +28,9 @@ import numpy as np
 from jaxstack.rl._src.config import RLConfig
 
 StepFn = Callable[[dict[str, Any], int], tuple[dict[str, Any], dict[str, float]]]
+StopFn = Callable[[int, dict[str, float]], bool]
+# evaluate(step, generate) -> metrics, with generate(prompts) -> greedy completions
+Evaluate = Callable[[int, Callable[[Sequence[str]], list[str]]], dict[str, float]]
 
 
 @dataclasses.dataclass
@@ -113,8 +116,10 @@ class Run:
         *,
         start: int = 0,
         data_state: Callable[[], Any] | None = None,
+        stop: StopFn | None = None,
     ) -> RunResult:
-        """Runs steps `start + 1 .. train.steps`, checkpointing every `checkpoint.every`."""
+        """Runs steps `start + 1 .. train.steps`, checkpointing every `checkpoint.every`; a
+        step after which `stop(step, metrics)` is true is saved and ends the run early."""
         total, every = self.config.base.train.steps, self.config.base.checkpoint.every
         history: list[dict[str, float]] = []
         step, saved = start, start
@@ -130,16 +135,27 @@ class Run:
             history.append(metrics)
             self.log.train(step, metrics)
             preempted = self.preemption is not None and self.preemption.requested
-            if self.manager is not None and (step % every == 0 or step == total or preempted):
+            stopped = stop is not None and stop(step, metrics)
+            end = step == total or preempted or stopped
+            if self.manager is not None and (step % every == 0 or end):
                 self._save(step, state, data_state, metrics)
                 saved = step
             if preempted:
                 self.log.info(f"preemption requested: saved step {step} and stopping")
                 break
+            if stopped:
+                self.log.info(f"stop condition met after step {step}")
+                break
         if self.manager is not None and saved != step:
             self._save(step, state, data_state, history[-1] if history else {})
         summary = self._summary(step, history, time.perf_counter() - wall)
         return RunResult(self.dir, step, summary, state)
+
+    def evaluation_due(self, step: int) -> bool:
+        """Whether the step numbered `step` (1-based) is followed by an evaluation: every
+        `eval.every` steps and after the last."""
+        every = self.config.base.eval.every
+        return (every > 0 and step % every == 0) or step == self.config.base.train.steps
 
     def _save(self, step: int, state: Any, data_state: Callable[[], Any] | None, metrics) -> None:
         self.manager.save(

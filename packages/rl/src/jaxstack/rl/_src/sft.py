@@ -16,7 +16,7 @@ from jaxstack.rl._src.encode import Encoder, build_chat_template
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.policy import build_policy
 from jaxstack.rl._src.records import read_sft_records
-from jaxstack.rl._src.run import Run, RunResult, initial_state, optimizer
+from jaxstack.rl._src.run import Evaluate, Run, RunResult, StopFn, initial_state, optimizer
 
 
 def require_data(config: RLConfig) -> str:
@@ -28,8 +28,22 @@ def require_data(config: RLConfig) -> str:
     return config.base.data.path
 
 
-def sft(config: RLConfig) -> RunResult:
-    """Fine-tunes on `data.path`; returns the run's result (the model is in run_dir/model)."""
+def sft(
+    config: RLConfig,
+    *,
+    evaluate: Evaluate | None = None,
+    stop: StopFn | None = None,
+    max_new_tokens: int = 32,
+) -> RunResult:
+    """Fine-tunes on `data.path`; returns the run's result (the model is in run_dir/model).
+
+    Args:
+      evaluate: called as `evaluate(step, generate)` every `eval.every` steps and after the
+        last, with a greedy `generate(prompts) -> completions` (at most `max_new_tokens`) of
+        the current params on the serving engine; the metrics it returns are logged.
+      stop: `stop(step, metrics) -> bool` after each step; true saves the step and ends the
+        run there (e.g. once an evaluation reaches a target accuracy).
+    """
     from jaxstack import datalib, trainer
 
     records = read_sft_records(require_data(config))
@@ -57,18 +71,40 @@ def sft(config: RLConfig) -> RunResult:
         if data_state is not None:
             batches.set_state(data_state)
 
+        sampler = None
+
         def step_fn(state: dict[str, Any], step: int):
+            nonlocal sampler
             batch = next(batches)
             state, metrics = train_step(state, batch)
             metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
-            return state, {**metrics, "tokens": batch["tokens"].size}
+            metrics["tokens"] = batch["tokens"].size
+            if evaluate is not None and run.evaluation_due(step + 1):
+                sampler = sampler or evaluation_sampler(config, policy)
+                generate = sampler.greedy_fn(state["params"], encoder, max_new_tokens)
+                metrics.update(evaluate(step + 1, generate))
+            return state, metrics
 
-        result = run.loop(state, step_fn, start=start, data_state=batches.get_state)
+        result = run.loop(state, step_fn, start=start, data_state=batches.get_state, stop=stop)
         export_model(policy, result.state["params"], run)
         run.finish(result)
         return result
     finally:
         run.close()
+
+
+def evaluation_sampler(config: RLConfig, policy: Any) -> Any:
+    """The serving engine on the rollout role's devices, for rows of at most data.seq_len."""
+    from jaxstack.rl._src.placement import place_role
+    from jaxstack.rl._src.rollout import EngineSampler
+
+    return EngineSampler(
+        policy,
+        place_role(config, "rollout"),
+        max_model_len=min(policy.model.config.max_seq_len, config.base.data.seq_len),
+        max_num_seqs=256,
+        seed=config.base.train.seed,
+    )
 
 
 def export_model(policy: Any, params: Any, run: Run) -> None:
