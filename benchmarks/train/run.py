@@ -52,6 +52,12 @@ def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
 
 
 # glibc settings equal to jaxstack-train's `train.host_allocator=retain`, for the peers' processes.
+# XLA:CPU lowers dots to oneDNN custom calls (the library PyTorch's CPU matmuls use) instead of
+# YNNPACK fusions, jaxlib's default on x86.
+ONEDNN_XLA_FLAGS = (
+    "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_use_onednn=true "
+    "--xla_cpu_experimental_onednn_custom_call=true"
+)
 RETAINED_MALLOC = {
     "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0"
     ":glibc.malloc.trim_threshold=2147483647"
@@ -242,6 +248,12 @@ def main() -> None:
     p.add_argument("--hf-cases", default="d256,d512", help="cases that also run HF Llama")
     p.add_argument("--maxtext", help="python of a venv with maxtext (see README); off if unset")
     p.add_argument(
+        "--onednn-cases",
+        default="d256,d512",
+        help="cases that also run jaxstack with XLA's oneDNN matmuls instead of YNNPACK's",
+    )
+    p.add_argument("--name", help="results-NAME-<machine kind>.md/.json instead of results-<kind>")
+    p.add_argument(
         "--allocator-cases",
         default="d256",
         help="cases that also run every trainer with the other host-allocator setting",
@@ -287,7 +299,7 @@ def main() -> None:
         )
     lines += ["", "Commands:", ""] + [f"- {k}: `{v}`" for k, v in commands.items()]
     payload = {"rows": rows, "commands": commands}
-    print(write_results(None, meta, payload, "benchmarks/train results", lines))
+    print(write_results(args.name, meta, payload, "benchmarks/train results", lines))
 
 
 def write_results(name: str | None, meta: dict, payload: dict, title: str, body: list) -> str:
@@ -320,6 +332,13 @@ def run_case(args, case_name: str, peaks: dict, commands: dict) -> list[dict]:
             lambda: run_torch(args.torch, "minimal", case, args.steps),
         ),
     }
+    if case_name in args.onednn_cases.split(","):
+        trainers["jaxstack fp32, oneDNN matmuls"] = (
+            f"float32, train.xla_flags={ONEDNN_XLA_FLAGS}, host_allocator=auto",
+            lambda: run_jax(
+                case, args.steps, "float32", "auto", [f"train.xla_flags={ONEDNN_XLA_FLAGS}"]
+            ),
+        )
     if case_name in args.allocator_cases.split(","):
         for mode in ("system", "retain"):
             trainers[f"jaxstack fp32, host_allocator={mode}"] = (
