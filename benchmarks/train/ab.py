@@ -55,6 +55,8 @@ def main() -> None:
                             "tokens_per_sec": out["tokens_per_sec"],
                             "host_allocator": out["host_allocator"],
                             "host_allocator_trial_step_s": out["host_allocator_trial_step_s"],
+                            "matmul_backend": out["matmul_backend"],
+                            "matmul_backend_trial_step_s": out["matmul_backend_trial_step_s"],
                             "command": " ".join(cmd),
                         }
                     )
@@ -64,6 +66,7 @@ def main() -> None:
                         label,
                         f"{out['tokens_per_sec']:,.0f}",
                         out["host_allocator"],
+                        out["matmul_backend"],
                         flush=True,
                     )
     meta = conditions.as_dict() | {"steps": args.steps, "rounds": args.rounds}
@@ -73,7 +76,7 @@ def main() -> None:
         f"`{labels[0]}` within each round.",
         "",
         "| case | variant | settings | tokens/s per round | median ratio to "
-        f"{labels[0]} | ratio per round | host allocator per round |",
+        f"{labels[0]} | ratio per round | host allocator + matmul backend per round |",
         "|---|---|---|---|---:|---|---|",
     ]
     for case_name in args.cases.split(","):
@@ -85,7 +88,10 @@ def main() -> None:
                 t / by[(k, labels[0])]["tokens_per_sec"]
                 for k, t in zip(rounds, per_round, strict=True)
             ]
-            allocators = " / ".join(by[(k, label)]["host_allocator"] for k in rounds)
+            allocators = " / ".join(
+                f"{by[(k, label)]['host_allocator']} + {by[(k, label)]['matmul_backend']}"
+                for k in rounds
+            )
             lines.append(
                 f"| {case_name} | {label} | `{' '.join(variants[label]) or '(none)'}` | "
                 f"{' / '.join(f'{t:,.0f}' for t in per_round)} | "
@@ -94,8 +100,9 @@ def main() -> None:
             )
     lines += [
         "",
-        "With `auto`, a run of 40 or more steps times its first 12 steps under each setting (4 "
-        "timed steps each) and keeps the faster; its tokens/s is the median after those 12.",
+        "With `auto`, a run of 40 or more steps times its first 12 steps under each host-allocator "
+        "setting (4 timed steps each) and keeps the faster, then (`matmul_backend=auto`) 12 "
+        "steps under each matmul backend; its tokens/s is the median after the trials.",
         "",
         f"Command of the first run: `{runs[0]['command']}`",
     ]

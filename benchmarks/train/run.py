@@ -1,6 +1,6 @@
 """benchmarks/train: jaxstack-train versus PyTorch trainers on this machine, same run.
 
-    .venv/bin/python benchmarks/train/run.py [--steps 40] [--rounds 1] \
+    .venv/bin/python benchmarks/train/run.py [--steps 60] [--rounds 1] \
         [--torch /tmp/torchvenv/bin/python]
 
 Cases (fp32, AdamW, batch 8 x seq 256, vocab 4096, 4 layers, head_dim 64):
@@ -52,12 +52,6 @@ def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
 
 
 # glibc settings equal to jaxstack-train's `train.host_allocator=retain`, for the peers' processes.
-# XLA:CPU lowers dots to oneDNN custom calls (the library PyTorch's CPU matmuls use) instead of
-# YNNPACK fusions, jaxlib's default on x86.
-ONEDNN_XLA_FLAGS = (
-    "--xla_cpu_experimental_ynn_fusion_type= --xla_cpu_use_onednn=true "
-    "--xla_cpu_experimental_onednn_custom_call=true"
-)
 RETAINED_MALLOC = {
     "GLIBC_TUNABLES": "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0"
     ":glibc.malloc.trim_threshold=2147483647"
@@ -201,6 +195,8 @@ def run_jax(
         # What the run used; with `auto` in a run of 40+ steps, what its trial chose and why.
         "host_allocator": s["host_allocator"],
         "host_allocator_trial_step_s": s.get("host_allocator_trial_step_s"),
+        "matmul_backend": s["matmul_backend"],
+        "matmul_backend_trial_step_s": s.get("matmul_backend_trial_step_s"),
     }
     return out, cmd
 
@@ -241,16 +237,16 @@ def model_flops(case: dict) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--steps", type=int, default=60)
     p.add_argument("--rounds", type=int, default=1)
     p.add_argument("--torch", default="/tmp/torchvenv/bin/python")
     p.add_argument("--cases", default="d256,d512")
     p.add_argument("--hf-cases", default="d256,d512", help="cases that also run HF Llama")
     p.add_argument("--maxtext", help="python of a venv with maxtext (see README); off if unset")
     p.add_argument(
-        "--onednn-cases",
+        "--backend-cases",
         default="d256,d512",
-        help="cases that also run jaxstack with XLA's oneDNN matmuls instead of YNNPACK's",
+        help="cases that also run jaxstack with each train.matmul_backend fixed",
     )
     p.add_argument("--name", help="results-NAME-<machine kind>.md/.json instead of results-<kind>")
     p.add_argument(
@@ -282,7 +278,9 @@ def main() -> None:
         f"{meta['matmul_peak_gflops']['bfloat16']:.0f} GFLOP/s. With `host_allocator=auto` a "
         "jaxstack run of 40+ steps times its first 12 steps under `system` and `retain` and keeps "
         "the faster (its choice per round is in the settings; tokens/s counts the steps after "
-        f"the trial); shorter runs take the CPU flags' guess, `{guess}` here. Every trainer: "
+        f"the trial); shorter runs take the CPU flags' guess, `{guess}` here. With "
+        "`matmul_backend=auto` it then times 12 steps under XLA's default matmul kernels and "
+        "under oneDNN's and keeps the faster. Every trainer: "
         "batch 8 x seq 256, 4 layers, head_dim 64, vocab "
         "4096, AdamW; the settings column lists everything else that differs between rows.",
         "",
@@ -320,11 +318,11 @@ def run_case(args, case_name: str, peaks: dict, commands: dict) -> list[dict]:
     # name -> (settings, runner)
     trainers = {
         "jaxstack fp32": (
-            "float32, host_allocator=auto",
+            "float32, host_allocator=auto, matmul_backend=auto",
             lambda: run_jax(case, args.steps, "float32", "auto"),
         ),
         "jaxstack bf16": (
-            "bfloat16 compute, f32 master weights, host_allocator=auto",
+            "bfloat16 compute, f32 master weights, host_allocator=auto, matmul_backend=auto",
             lambda: run_jax(case, args.steps, "bfloat16", "auto"),
         ),
         "torch minimal fp32": (
@@ -332,13 +330,14 @@ def run_case(args, case_name: str, peaks: dict, commands: dict) -> list[dict]:
             lambda: run_torch(args.torch, "minimal", case, args.steps),
         ),
     }
-    if case_name in args.onednn_cases.split(","):
-        trainers["jaxstack fp32, oneDNN matmuls"] = (
-            f"float32, train.xla_flags={ONEDNN_XLA_FLAGS}, host_allocator=auto",
-            lambda: run_jax(
-                case, args.steps, "float32", "auto", [f"train.xla_flags={ONEDNN_XLA_FLAGS}"]
-            ),
-        )
+    if case_name in args.backend_cases.split(","):
+        for backend in ("default", "onednn"):
+            trainers[f"jaxstack fp32, matmul_backend={backend}"] = (
+                f"float32, host_allocator=auto, matmul_backend={backend}",
+                lambda backend=backend: run_jax(
+                    case, args.steps, "float32", "auto", [f"train.matmul_backend={backend}"]
+                ),
+            )
     if case_name in args.allocator_cases.split(","):
         for mode in ("system", "retain"):
             trainers[f"jaxstack fp32, host_allocator={mode}"] = (
@@ -374,8 +373,11 @@ def run_case(args, case_name: str, peaks: dict, commands: dict) -> list[dict]:
         tps = statistics.median(r["tokens_per_sec"] for r in outs)
         peak = peaks["bfloat16" if "bf16" in name else "float32"]
         settings = trainers[name][0]
-        if settings.endswith("host_allocator=auto"):
-            settings += f" (chose {' / '.join(r['host_allocator'] for r in outs)})"
+        if "host_allocator=auto" in settings:
+            chose = [r["host_allocator"] for r in outs]
+            if settings.endswith("matmul_backend=auto"):
+                chose = [f"{a} + {r['matmul_backend']}" for a, r in zip(chose, outs, strict=True)]
+            settings += f" (chose {' / '.join(chose)})"
         rows.append(
             {
                 "case": case_name,

@@ -130,3 +130,28 @@ def test_trial_decides_by_median_so_one_slow_step_does_not_decide():
         trial.after_step(100.0 if settling else next(times[mode]))
     assert trial.done and trial.choice == "system"
     assert trial.step_times == {"system": [1.0, 9.0, 1.0, 1.0], "retain": [1.5] * 4}
+
+
+def test_setting_trial_alternates_blocks_and_applies_the_fastest():
+    applied = []
+    trial = xprof_lite.SettingTrial(
+        ("a", "b", "c"), applied.append, rounds=2, steps_per_block=1, name="letter"
+    )
+    per_step = {"a": 3.0, "b": 1.0, "c": 2.0}
+    ran = []
+    while not trial.done:
+        setting = trial.before_step()
+        ran.append(setting)
+        trial.after_step(per_step[setting])
+    # Each round gives every setting a settling step and a timed one; round 2 runs backwards.
+    assert ran == ["a", "a", "b", "b", "c", "c", "c", "c", "b", "b", "a", "a"]
+    assert trial.steps == 12
+    assert trial.choice == "b" and applied == [*ran, "b"]
+    assert trial.step_times == {"a": [3.0, 3.0], "b": [1.0, 1.0], "c": [2.0, 2.0]}
+    assert trial.before_step() == "b" and applied[-1] == "b"
+    assert trial.describe() == "letter: b (median step: a 3.000s, b 1.000s, c 2.000s)"
+
+
+def test_setting_trial_needs_distinct_settings():
+    with pytest.raises(xprof_lite.Error, match="two or more distinct settings"):
+        xprof_lite.SettingTrial(("a", "a"))

@@ -97,6 +97,11 @@ class TrainSection:
     # "auto": a run of 40+ steps times its first 12 steps under each and keeps the faster
     # (xprof-lite's HostAllocatorTrial); a shorter run takes the CPU flags' guess.
     host_allocator: str = "auto"
+    # XLA:CPU's matmul kernels for the train step: "default" (XLA's own, YNNPACK in jaxlib 0.12),
+    # "onednn" (oneDNN for the products XLA's rewriter supports, the weight gradients among
+    # them), or "auto": a CPU run of 40+ steps compiles both and times 12 steps under each after
+    # the allocator trial, keeping the faster; a resumed run keeps its checkpoint's choice.
+    matmul_backend: str = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -549,6 +554,7 @@ def _check_values(config: Config) -> None:
     choices = {
         "log.progress": (config.log.progress, ("auto", "rich", "plain")),
         "train.host_allocator": (config.train.host_allocator, ("auto", "retain", "system")),
+        "train.matmul_backend": (config.train.matmul_backend, ("auto", "default", "onednn")),
         "train.attention": (config.train.attention, ("xla", "kernlib")),
     }
     for key, (value, valid) in choices.items():

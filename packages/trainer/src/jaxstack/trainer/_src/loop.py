@@ -23,14 +23,14 @@ from typing import Any
 import jax
 
 from jaxstack.trainer._src import data as data_mod
-from jaxstack.trainer._src import extras
+from jaxstack.trainer._src import extras, matmul_backend
 from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.goodput import GoodputTracker
 from jaxstack.trainer._src.metrics_log import MetricsLog
 from jaxstack.trainer._src.report import write_report
 from jaxstack.trainer._src.session import Session, build_session
 from jaxstack.trainer._src.signals import STOP, Stopped
-from jaxstack.xprof_lite import HostAllocatorTrial, set_host_allocator
+from jaxstack.xprof_lite import HostAllocatorTrial, SettingTrial, set_host_allocator
 
 Callback = Callable[[int, dict[str, Any], dict[str, float]], None]
 
@@ -65,8 +65,12 @@ class _Progress:
     history: list[dict[str, float]] = dataclasses.field(default_factory=list)
     eval_metrics: dict[str, float] | None = None
     diverged: bool = False
-    allocator_trial: HostAllocatorTrial | None = None
     host_allocator: str = "system"
+    train_steps: dict[str, Any] = dataclasses.field(default_factory=dict)  # by matmul backend
+    matmul_backend: str = "default"  # whose train step runs next
+    # Timed trials of settings, run one after the other over the first steps (see _trials).
+    trials: list[SettingTrial] = dataclasses.field(default_factory=list)
+    trial_steps: int = 0  # steps taken while a trial ran
 
 
 def train(
@@ -122,17 +126,21 @@ def _run(
         log.info(line)
     with tracker.measure("compile"):
         t = time.perf_counter()
-        train_step, eval_step = s.compile()
+        train_steps, eval_step = s.compile()
     log.info(f"compiled train and eval steps in {time.perf_counter() - t:.1f}s")
+    if s.matmul_backend:
+        log.info(f"matmul backend: {s.matmul_backend} ({s.matmul_note})")
 
     p = _Progress(s.start_step, s.state, s.data_states, s.start_step if s.restored else -1)
-    p.allocator_trial, p.host_allocator = allocator_trial, host_allocator
+    p.host_allocator, p.train_steps = host_allocator, train_steps
+    p.matmul_backend = s.matmul_backend or "default"
+    p.trials = _trials(allocator_trial, p)
     save_on_stop = s.manager is not None and config.checkpoint.on_preemption
     # From here a stop signal waits for the step boundary, where the step reached is saved.
     STOP.raise_if_requested()
     STOP.deferred = STOP.deferred or save_on_stop
     try:
-        _steps(config, s, log, tracker, callbacks, train_step, eval_step, p)
+        _steps(config, s, log, tracker, callbacks, eval_step, p)
         if STOP.agreed():
             return _stop(config, s, log, tracker, p)
         return _finish(config, s, log, tracker, eval_step, p)
@@ -188,7 +196,6 @@ def _steps(
     log: MetricsLog,
     tracker: GoodputTracker,
     callbacks: Sequence[Callback],
-    train_step: Any,
     eval_step: Any,
     p: _Progress,
 ) -> None:
@@ -206,19 +213,21 @@ def _steps(
         while p.step < config.train.steps and not STOP.agreed():
             with tracker.measure("data_wait"):
                 batch, p.data_states = prefetch.next()
-            trial = p.allocator_trial
-            if trial is not None and not trial.done:
+            trial = next((t for t in p.trials if not t.done), None)
+            if trial is not None:
                 trial.before_step()
+                p.trial_steps += 1
             t = time.perf_counter()
             with profiler.step(p.step) if profiler else nullcontext():
+                train_step = p.train_steps[p.matmul_backend]
                 p.state, device_metrics = train_step(p.state, batch)
                 metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
             dt = time.perf_counter() - t
             tracker.add("step", dt)
-            if trial is not None and not trial.done:
+            if trial is not None:
                 trial.after_step(dt)
                 if trial.done:
-                    p.host_allocator = trial.choice
+                    _settle(trial, s, p)
                     log.info(trial.describe())
             p.step += 1
             notes = len(s.notes)
@@ -283,11 +292,9 @@ def _stop(
 
 def _summary(config: Config, s: Session, tracker: GoodputTracker, p: _Progress) -> dict[str, Any]:
     history, eval_metrics, step = p.history, p.eval_metrics, p.step
-    # The first steps after compile are often slower (allocations, caches), and the allocator
-    # trial's steps run half under the slower setting; report the steady state after them.
-    trial = p.allocator_trial
-    settled = trial.steps if trial is not None and trial.done else 2
-    steady = history[min(len(history) - 1, settled) :] if history else []
+    # The first steps after compile are often slower (allocations, caches), and the trials'
+    # steps run half under the slower setting; report the steady state after them.
+    steady = history[min(len(history) - 1, max(p.trial_steps, 2)) :] if history else []
     out: dict[str, Any] = {"final_step": step}
     if history:
         out["first_loss"] = history[0]["loss"]
@@ -302,14 +309,35 @@ def _summary(config: Config, s: Session, tracker: GoodputTracker, p: _Progress) 
     out["num_params"] = s.num_params
     out["mesh"] = "x".join(str(v) for v in s.mesh_sizes.values())
     out["host_allocator"] = p.host_allocator
-    if trial is not None and trial.done:
-        out["host_allocator_trial_step_s"] = trial.step_times
+    out["matmul_backend"] = p.matmul_backend
+    for trial in p.trials:
+        if trial.done:
+            out[f"{trial.name.replace(' ', '_')}_trial_step_s"] = trial.step_times
     out.update(tracker.summary())
     return out
 
 
 # The trial takes 12 steps, half of them under the slower setting (at most ~5% of a 40-step run).
 ALLOCATOR_TRIAL_MIN_STEPS = 40
+
+
+def _trials(allocator_trial: HostAllocatorTrial | None, p: _Progress) -> list[SettingTrial]:
+    """The host-allocator trial, then the matmul-backend trial when there are two to time."""
+    trials = [allocator_trial] if allocator_trial is not None else []
+    if len(p.train_steps) > 1:
+        trials.append(
+            matmul_backend.trial(p.train_steps, lambda b: setattr(p, "matmul_backend", b))
+        )
+    return trials
+
+
+def _settle(trial: SettingTrial, s: Session, p: _Progress) -> None:
+    """Keeps a finished trial's choice: the allocator setting, or the train step it timed."""
+    if isinstance(trial, HostAllocatorTrial):
+        p.host_allocator = trial.choice
+    else:
+        p.train_steps = {trial.choice: p.train_steps[trial.choice]}  # frees the other
+        s.matmul_backend = trial.choice  # checkpoints record it from here
 
 
 def _host_allocator(config: Config) -> tuple[HostAllocatorTrial | None, str]:

@@ -24,7 +24,7 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from jaxstack.trainer._src import data as data_mod
-from jaxstack.trainer._src import extras, quant
+from jaxstack.trainer._src import extras, matmul_backend, quant
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config, optimizer_config
@@ -123,6 +123,9 @@ class Session:
     flops_per_token: float
     num_params: int
     notes: list[str] = dataclasses.field(default_factory=list)  # warnings for the run log
+    restored_matmul_backend: str | None = None  # what the restored checkpoint's run used here
+    matmul_backend: str | None = None  # settled by `compile`, or by the loop's trial
+    matmul_note: str = ""
 
     def describe(self) -> list[str]:
         c = self.model_config
@@ -170,8 +173,14 @@ class Session:
     def batch_abstract(self) -> dict[str, jax.ShapeDtypeStruct]:
         return abstract_batch(self.config, self.batch_sharding)
 
-    def compile(self) -> tuple[Any, Any]:
-        """Ahead-of-time compiled train step (state donated) and eval step."""
+    def compile(self) -> tuple[dict[str, Any], Any]:
+        """Ahead-of-time compiled train steps by matmul backend (state donated), and eval step.
+
+        One train step when the backend is settled: fixed by `train.matmul_backend`, recorded by
+        the checkpoint an `auto` run resumes on this CPU, or `auto` where no trial applies. Else
+        the candidates the loop's trial times. `matmul_backend` is the settled one (None until
+        the trial decides), `matmul_note` says how it was settled.
+        """
         loss_fn = self.loss_fn()
         step = make_train_step(loss_fn, self.tx, grad_accum=self.config.train.grad_accum)
         jitted = jax.jit(
@@ -181,13 +190,34 @@ class Session:
             donate_argnums=(0,) if self.config.train.donate else (),
         )
         state_abs = abstract_like(self.state, self.state_shardings)
-        train_step = jitted.lower(state_abs, self.batch_abstract()).compile()
+        train_steps = self._compile_train_steps(jitted.lower(state_abs, self.batch_abstract()))
         eval_jit = jax.jit(
             make_eval_step(loss_fn),
             in_shardings=(self.state_shardings["params"], self.batch_sharding),
         )
         eval_step = eval_jit.lower(state_abs["params"], self.batch_abstract()).compile()
-        return train_step, eval_step
+        return train_steps, eval_step
+
+    def _compile_train_steps(self, lowered: Any) -> dict[str, Any]:
+        setting = self.config.train.matmul_backend
+        if setting != "auto":
+            self.matmul_backend, self.matmul_note = setting, "train.matmul_backend"
+            return {setting: matmul_backend.compile_step(lowered, setting)}
+        if self.restored_matmul_backend:
+            with contextlib.suppress(ConfigError):  # else this jaxlib cannot: choose afresh
+                step = matmul_backend.compile_step(lowered, self.restored_matmul_backend)
+                self.matmul_backend = self.restored_matmul_backend
+                self.matmul_note = "as the checkpoint's run chose on this CPU"
+                return {self.matmul_backend: step}
+        default = lowered.compile()
+        why = matmul_backend.why_not_trial(
+            self.config, jax.devices()[0].platform, jax.process_count(), self.start_step
+        )
+        steps = {"default": default} if why else matmul_backend.candidates(lowered, default)
+        if len(steps) == 1:
+            self.matmul_backend = "default"
+            self.matmul_note = f"no trial: {why or 'XLA sends no matmul to oneDNN here'}"
+        return steps
 
     def loss_fn(self) -> Any:
         return loss_fn_for(self.config, self.apply)
@@ -226,7 +256,15 @@ class Session:
             step,
             state,
             data_state={"shards": data_states, "num_shards": self.num_shards},
-            metadata={"config": self.config.to_dict(), "versions": _versions()},
+            metadata={
+                "config": self.config.to_dict(),
+                "versions": _versions(),
+                **(
+                    {"matmul_backend": matmul_backend.record(b)}
+                    if (b := self.matmul_backend)
+                    else {}
+                ),
+            },
             metrics={k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)},
         )
 
@@ -342,6 +380,7 @@ def build_session(config: Config) -> Session:
         flops_per_token=model_mod.flops_per_token(mcfg, config.data.seq_len),
         num_params=model_mod.param_count(params),
         notes=notes,
+        restored_matmul_backend=matmul_backend.recorded(restored and restored.metadata),
     )
 
 

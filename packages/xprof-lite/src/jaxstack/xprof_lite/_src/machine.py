@@ -28,6 +28,7 @@ import os
 import pathlib
 import platform
 import statistics
+from collections.abc import Callable, Sequence
 
 from jaxstack.xprof_lite._src.errors import Error
 
@@ -99,35 +100,39 @@ def set_host_allocator(mode: str = "auto") -> str:
     return "retain" if _mallopt(((M_ARENA_MAX, 1), *RETAIN_SETTINGS)) else "system"
 
 
-class HostAllocatorTrial:
-    """Chooses `"retain"` or `"system"` by timing a loop's first steps under each, then keeps it.
+class SettingTrial:
+    """Chooses one of several settings by timing a loop's first steps under each.
 
-    Used as `before_step()`, the step, `after_step(seconds)` until `done`. The trial runs
-    `rounds` rounds; each gives every setting a block of one settling step (a switch to retain
-    grows the heap once) and `steps_per_block` timed steps, in an order that alternates between
-    rounds so a machine that speeds up or slows down during the trial favours neither. The
-    setting with the lower median step time wins and stays applied.
-
-    glibc never moves a thread to another arena, and only the main one can hold a block as
-    large as XLA's step buffer, so the trial sets one arena when it is created (before JAX
-    starts its threads) and then switches only whether large blocks are mmapped afresh
-    (`SYSTEM_SETTINGS`) or kept in the heap (`RETAIN_SETTINGS`). Where mallopt is unavailable
-    the trial is empty and `choice` is `"system"`.
+    Used as `before_step()` (returns the setting the next step runs under), the step,
+    `after_step(seconds)` until `done`. The trial runs `rounds` rounds; each gives every setting
+    a block of one settling step (the first step after a switch pays for it: a heap that grows,
+    caches that refill) and `steps_per_block` timed steps, in an order that reverses between
+    rounds so a machine that speeds up or slows down during the trial favours none. The setting
+    with the lowest median step time wins. `apply(setting)`, if given, is called before each
+    step's setting and once more with the winner, which stays applied. `name` labels the log
+    line (`describe`).
     """
 
-    MODES = ("system", "retain")
-
-    def __init__(self, rounds: int = 2, steps_per_block: int = 2) -> None:
-        self.step_times: dict[str, list[float]] = {mode: [] for mode in self.MODES}
+    def __init__(
+        self,
+        settings: Sequence[str],
+        apply: Callable[[str], None] | None = None,
+        rounds: int = 2,
+        steps_per_block: int = 2,
+        name: str = "setting",
+    ) -> None:
+        if len(settings) < 2 or len(set(settings)) != len(settings):
+            raise Error(f"a trial needs two or more distinct settings, got {list(settings)}")
+        self.settings = tuple(settings)
+        self.name = name
+        self.step_times: dict[str, list[float]] = {s: [] for s in self.settings}
         self.choice: str | None = None
+        self._apply = apply or (lambda setting: None)
         self._plan: list[tuple[str, bool]] = []  # (setting, timed) per trial step
         self._taken = 0
-        if not _mallopt(((M_ARENA_MAX, 1),)):
-            self.choice = "system"
-            return
         for r in range(rounds):
-            for mode in self.MODES if r % 2 == 0 else self.MODES[::-1]:
-                self._plan += [(mode, False)] + [(mode, True)] * steps_per_block
+            for setting in self.settings if r % 2 == 0 else self.settings[::-1]:
+                self._plan += [(setting, False)] + [(setting, True)] * steps_per_block
 
     @property
     def steps(self) -> int:
@@ -138,29 +143,51 @@ class HostAllocatorTrial:
     def done(self) -> bool:
         return self.choice is not None
 
-    def before_step(self) -> None:
-        """Applies the setting the next step runs under."""
+    def before_step(self) -> str:
+        """Applies the setting the next step runs under and returns it."""
+        setting = self.choice if self.done else self._plan[self._taken][0]
         if not self.done:
-            _apply(self._plan[self._taken][0])
+            self._apply(setting)
+        return setting
 
     def after_step(self, seconds: float) -> None:
-        """Records the step just run; after the trial's last step, applies the faster setting."""
+        """Records the step just run; after the trial's last step, applies the fastest setting."""
         if self.done:
             return
-        mode, timed = self._plan[self._taken]
+        setting, timed = self._plan[self._taken]
         if timed:
-            self.step_times[mode].append(seconds)
+            self.step_times[setting].append(seconds)
         if self._taken + 1 == len(self._plan):
-            self.choice = min(self.MODES, key=lambda m: statistics.median(self.step_times[m]))
-            _apply(self.choice)
+            self.choice = min(self.settings, key=lambda s: statistics.median(self.step_times[s]))
+            self._apply(self.choice)
         self._taken += 1
 
     def describe(self) -> str:
-        """One line for a run's log: the choice and the median step time behind it."""
+        """One line for a run's log: the choice and the median step times behind it."""
         medians = ", ".join(
-            f"{m} {statistics.median(t):.3f}s" for m, t in self.step_times.items() if t
+            f"{s} {statistics.median(t):.3f}s" for s, t in self.step_times.items() if t
         )
-        return f"host allocator: {self.choice} (median step: {medians or 'not measured'})"
+        return f"{self.name}: {self.choice} (median step: {medians or 'not measured'})"
+
+
+class HostAllocatorTrial(SettingTrial):
+    """Chooses `"retain"` or `"system"` by timing a loop's first steps under each, then keeps it.
+
+    A `SettingTrial` whose settings are the allocator's. glibc never moves a thread to another
+    arena, and only the main one can hold a block as large as XLA's step buffer, so the trial
+    sets one arena when it is created (before JAX starts its threads) and then switches only
+    whether large blocks are mmapped afresh (`SYSTEM_SETTINGS`) or kept in the heap
+    (`RETAIN_SETTINGS`). Where mallopt is unavailable the trial is empty and `choice` is
+    `"system"`.
+    """
+
+    MODES = ("system", "retain")
+
+    def __init__(self, rounds: int = 2, steps_per_block: int = 2) -> None:
+        super().__init__(self.MODES, _apply, rounds, steps_per_block, name="host allocator")
+        if not _mallopt(((M_ARENA_MAX, 1),)):
+            self.choice = "system"
+            self._plan = []
 
 
 def _apply(mode: str) -> None:
