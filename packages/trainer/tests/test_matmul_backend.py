@@ -6,8 +6,14 @@ import numpy as np
 import pytest
 
 from jaxstack.trainer import ConfigError, load_config, read_jsonl, train
-from jaxstack.trainer._src.matmul_backend import ONEDNN, compile_step, record, recorded
-
+from jaxstack.trainer._src.matmul_backend import (
+    ONEDNN,
+    compile_step,
+    record,
+    recorded,
+    why_not_trial,
+)
+from jaxstack.xprof_lite import HostCPU
 
 # XLA's oneDNN rewriter leaves small products alone (the `test` preset's are all too small);
 # with 1,024 tokens a step, the weight gradients ([128 or 256, tokens] x [tokens, ...]) qualify.
@@ -101,12 +107,28 @@ def test_a_recorded_choice_is_kept_only_on_the_cpu_that_made_it():
 
 def test_onednn_for_a_step_without_matmuls_is_a_config_error_with_the_fix():
     lowered = jax.jit(jnp.tanh).lower(jnp.ones((8, 8)))
-    with pytest.raises(ConfigError, match="train.matmul_backend=onednn: .*matmul_backend=default"):
+    before = jax.config.jax_persistent_cache_min_compile_time_secs
+    fix = r"train\.matmul_backend=onednn: .*matmul_backend=default"
+    with pytest.raises(ConfigError, match=fix):
         compile_step(lowered, "onednn")
+    # The compile ran outside JAX's persistent cache; later compiles use it again.
+    assert jax.config.jax_persistent_cache_min_compile_time_secs == before
+
+
+def test_bfloat16_compute_gets_a_trial_only_on_cpus_with_bf16_instructions():
+    config = load_config("test", ["train.steps=100"])
+    avx512 = HostCPU("Intel Xeon", ("avx2", "fma", "avx512f", "avx512_vnni"), 2)
+    amx = HostCPU("Intel Xeon", ("avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"), 2)
+    assert why_not_trial(config, "cpu", 1, 0, "float32", avx512) is None
+    assert why_not_trial(config, "cpu", 1, 0, "bfloat16", amx) is None
+    why = why_not_trial(config, "cpu", 1, 0, "bfloat16", avx512)
+    assert why.startswith("oneDNN's bfloat16 matmuls need AVX512-BF16 or AMX")
+    assert "processes" in why_not_trial(config, "cpu", 2, 0, "float32", avx512)
+    assert "on gpu" in why_not_trial(config, "gpu", 1, 0, "float32", avx512)
 
 
 def test_unknown_backend_is_refused_with_the_choices():
     with pytest.raises(
-        ConfigError, match="train.matmul_backend must be one of auto, default, onednn"
+        ConfigError, match=r"train\.matmul_backend must be one of auto, default, onednn"
     ):
         load_config("test", ["train.matmul_backend=mkl"])

@@ -155,3 +155,27 @@ def test_setting_trial_alternates_blocks_and_applies_the_fastest():
 def test_setting_trial_needs_distinct_settings():
     with pytest.raises(xprof_lite.Error, match="two or more distinct settings"):
         xprof_lite.SettingTrial(("a", "a"))
+
+
+def test_setting_trial_drops_a_ruinous_setting_after_one_step():
+    trial = xprof_lite.SettingTrial(("fast", "ruinous"), rounds=2, steps_per_block=2, give_up=20)
+    per_step = {"fast": 1.0, "ruinous": 200.0}
+    ran = []
+    while not trial.done:
+        setting = trial.before_step()
+        ran.append(setting)
+        trial.after_step(per_step[setting])
+    # fast's first block gives a median; ruinous's settling step is then 200x it (over the
+    # 20x limit), so its other five steps are never run.
+    assert ran == ["fast"] * 3 + ["ruinous"] + ["fast"] * 3
+    assert trial.choice == "fast" and trial.dropped == {"ruinous": 200.0}
+    assert trial.describe() == (
+        "setting: fast (median step: fast 1.000s; ruinous dropped after a 200.0s step)"
+    )
+
+
+def test_setting_trial_keeps_a_setting_that_is_only_slower():
+    trial = xprof_lite.SettingTrial(("a", "b"), rounds=2, steps_per_block=2, give_up=20)
+    while not trial.done:
+        trial.after_step({"a": 1.0, "b": 15.0}[trial.before_step()])
+    assert trial.steps == 12 and trial.dropped == {} and trial.choice == "a"

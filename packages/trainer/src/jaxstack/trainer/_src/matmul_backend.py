@@ -21,9 +21,11 @@ from typing import Any
 import jax
 
 from jaxstack.trainer._src.errors import ConfigError
-from jaxstack.xprof_lite import SettingTrial, host_cpu
+from jaxstack.xprof_lite import HostCPU, SettingTrial, host_cpu
 
 ONEDNN = {"xla_cpu_use_onednn": True, "xla_cpu_experimental_onednn_custom_call": True}
+# CPU flags with which oneDNN runs bfloat16 matmuls natively.
+BF16_FLAGS = {"avx512_bf16", "amx_bf16"}
 # The trial's 12 steps run half under the slower backend (as the host-allocator trial's do).
 TRIAL_MIN_STEPS = 40
 
@@ -46,15 +48,27 @@ def compile_step(lowered: Any, backend: str) -> Any:
         raise ConfigError(
             f"train.matmul_backend=onednn: this jaxlib refused it ({e}); {fix}"
         ) from e
+    finally:
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", min_secs)
     if "__onednn$" not in compiled.as_text():
         raise ConfigError(f"train.matmul_backend=onednn: XLA sent no matmul to oneDNN here; {fix}")
     return compiled
 
 
-def why_not_trial(config: Any, platform: str, process_count: int, start_step: int) -> str | None:
-    """Why `auto` keeps the default without a trial in this run, or None when it runs one."""
+def why_not_trial(
+    config: Any, platform: str, process_count: int, start_step: int, dtype: str, cpu: HostCPU
+) -> str | None:
+    """Why `auto` keeps the default without a trial in this run, or None when it runs one.
+
+    `dtype` is the model's compute dtype, `cpu` the host's (xprof-lite's `host_cpu()`).
+    """
     if platform != "cpu":
         return f"the oneDNN option is XLA:CPU's, and this run is on {platform}"
+    if dtype != "float32" and not BF16_FLAGS & set(cpu.flags):
+        return (
+            f"oneDNN's {dtype} matmuls need AVX512-BF16 or AMX, which this CPU lacks (without "
+            "them a bfloat16 train step ran 200x slower)"
+        )
     if process_count > 1:
         # Every process must compile the same program; their timings could disagree.
         return f"{process_count} processes would each time their own"
@@ -72,8 +86,11 @@ def candidates(lowered: Any, default_step: Any) -> dict[str, Any]:
 
 
 def trial(backends: dict[str, Any], apply: Any) -> SettingTrial:
-    """The timed trial among `backends`; `apply(name)` switches the loop's step to `name`'s."""
-    return SettingTrial(tuple(backends), apply, name="matmul backend")
+    """The timed trial among `backends`; `apply(name)` switches the loop's step to `name`'s.
+
+    A backend whose step takes 20x another's median is dropped after that one step.
+    """
+    return SettingTrial(tuple(backends), apply, name="matmul backend", give_up=20.0)
 
 
 def recorded(metadata: Any) -> str | None:

@@ -30,6 +30,7 @@ from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config, optimizer_config
 from jaxstack.trainer._src.errors import ConfigError, MeshError, ResumeError
 from jaxstack.trainer._src.step import make_eval_step, make_loss_fn, make_train_step
+from jaxstack.xprof_lite import host_cpu
 
 PACKAGES = ("jaxstack-trainer", "jaxstack-nnlib", "jaxstack-optlib", "jaxstack-datalib")
 
@@ -211,7 +212,12 @@ class Session:
                 return {self.matmul_backend: step}
         default = lowered.compile()
         why = matmul_backend.why_not_trial(
-            self.config, jax.devices()[0].platform, jax.process_count(), self.start_step
+            self.config,
+            jax.devices()[0].platform,
+            jax.process_count(),
+            self.start_step,
+            self.model_config.dtype,
+            host_cpu(),
         )
         steps = {"default": default} if why else matmul_backend.candidates(lowered, default)
         if len(steps) == 1:

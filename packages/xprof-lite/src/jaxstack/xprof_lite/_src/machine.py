@@ -111,6 +111,12 @@ class SettingTrial:
     with the lowest median step time wins. `apply(setting)`, if given, is called before each
     step's setting and once more with the winner, which stays applied. `name` labels the log
     line (`describe`).
+
+    A setting can be ruinous rather than slower (oneDNN's bf16 matmuls on a CPU without bf16
+    instructions ran a train step 200x slower). With `give_up`, one whose step takes over
+    `give_up` times another setting's median so far is dropped at once: the trial loses that one
+    step, not its whole plan. Keep it well above the slowdowns a busy machine causes by itself,
+    which the medians are there to absorb.
     """
 
     def __init__(
@@ -120,11 +126,14 @@ class SettingTrial:
         rounds: int = 2,
         steps_per_block: int = 2,
         name: str = "setting",
+        give_up: float | None = None,
     ) -> None:
         if len(settings) < 2 or len(set(settings)) != len(settings):
             raise Error(f"a trial needs two or more distinct settings, got {list(settings)}")
         self.settings = tuple(settings)
         self.name = name
+        self.give_up = give_up
+        self.dropped: dict[str, float] = {}  # setting -> the step time that dropped it
         self.step_times: dict[str, list[float]] = {s: [] for s in self.settings}
         self.choice: str | None = None
         self._apply = apply or (lambda setting: None)
@@ -157,17 +166,30 @@ class SettingTrial:
         setting, timed = self._plan[self._taken]
         if timed:
             self.step_times[setting].append(seconds)
+        others = [
+            statistics.median(t)
+            for s, t in self.step_times.items()
+            if t and s != setting and s not in self.dropped
+        ]
+        if self.give_up and others and seconds > self.give_up * min(others):
+            self.dropped[setting] = seconds
+            rest = self._plan[self._taken + 1 :]
+            self._plan[self._taken + 1 :] = [entry for entry in rest if entry[0] != setting]
         if self._taken + 1 == len(self._plan):
-            self.choice = min(self.settings, key=lambda s: statistics.median(self.step_times[s]))
+            kept = [s for s in self.settings if self.step_times[s] and s not in self.dropped]
+            self.choice = min(kept, key=lambda s: statistics.median(self.step_times[s]))
             self._apply(self.choice)
         self._taken += 1
 
     def describe(self) -> str:
         """One line for a run's log: the choice and the median step times behind it."""
         medians = ", ".join(
-            f"{s} {statistics.median(t):.3f}s" for s, t in self.step_times.items() if t
+            f"{s} {statistics.median(t):.3f}s"
+            for s, t in self.step_times.items()
+            if t and s not in self.dropped
         )
-        return f"{self.name}: {self.choice} (median step: {medians or 'not measured'})"
+        dropped = "".join(f"; {s} dropped after a {t:.1f}s step" for s, t in self.dropped.items())
+        return f"{self.name}: {self.choice} (median step: {medians or 'not measured'}{dropped})"
 
 
 class HostAllocatorTrial(SettingTrial):
