@@ -199,7 +199,9 @@ BENCHMARKS = [
               serving_models_rows),
     Benchmark("train", "training throughput vs minimal torch, HF Llama and MaxText",
               ["train/run.py"], None, train_rows,
-              results=("results-intel-*.json", "results-amd-*.json")),
+              results=("results-intel-*.json", "results-amd-*.json",
+                       "results-matmul-backend-intel-*.json",
+                       "results-matmul-backend-d512-*.json")),
 ]  # fmt: skip
 
 
@@ -208,9 +210,12 @@ def load(path: Path) -> dict | None:
 
 
 def conditions_of(results: dict) -> dict | None:
+    """The measured run conditions: under "conditions", or (train/run.py) spread into "meta"."""
     for holder in (results, results.get("meta", {})):
         if isinstance(holder, dict) and "load_average_1min" in holder.get("conditions", {}):
             return holder["conditions"]
+        if isinstance(holder, dict) and "load_average_1min" in holder:
+            return holder
     return None
 
 

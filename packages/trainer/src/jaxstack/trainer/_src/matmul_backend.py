@@ -3,8 +3,9 @@
 jaxlib 0.12's XLA:CPU runs dots as YNNPACK fusions. With the compile options in `ONEDNN`, its
 oneDNN rewriter takes the dots it supports and YNNPACK keeps the rest; in a Llama step oneDNN
 gets the weight gradients (the token axis contracted) and attention's value products, the
-products where YNNPACK trailed PyTorch (whose CPU matmuls are oneDNN's) most. On an Intel Xeon
-AVX-512 the whole d512 train step ran 1.24x faster with them, at d256 1.04x (benchmarks/train).
+products XLA otherwise leaves to its slower built-in kernels. On an Intel Xeon AVX-512 the
+d512 train step ran 1.02x (four quiet rounds) and 1.12x (a noisier run) faster with them, but
+0.90x in another run; the d256 one 1.03x (benchmarks/train).
 Which is faster depends on the CPU and the shapes, so `train.matmul_backend=auto` compiles the
 step both ways and a `SettingTrial` times real training steps under each (both compute the same
 products, in a different order of float additions) and keeps the faster.
@@ -26,6 +27,10 @@ from jaxstack.xprof_lite import HostCPU, SettingTrial, host_cpu
 ONEDNN = {"xla_cpu_use_onednn": True, "xla_cpu_experimental_onednn_custom_call": True}
 # CPU flags with which oneDNN runs bfloat16 matmuls natively.
 BF16_FLAGS = {"avx512_bf16", "amx_bf16"}
+SLOW_BF16 = (
+    "oneDNN's {dtype} matmuls need AVX512-BF16 or AMX, which this CPU lacks (without them a "
+    "bfloat16 train step ran 200x slower)"
+)
 # The trial's 12 steps run half under the slower backend (as the host-allocator trial's do).
 TRIAL_MIN_STEPS = 40
 
@@ -64,17 +69,19 @@ def why_not_trial(
     """
     if platform != "cpu":
         return f"the oneDNN option is XLA:CPU's, and this run is on {platform}"
-    if dtype != "float32" and not BF16_FLAGS & set(cpu.flags):
-        return (
-            f"oneDNN's {dtype} matmuls need AVX512-BF16 or AMX, which this CPU lacks (without "
-            "them a bfloat16 train step ran 200x slower)"
-        )
+    if slow_on_onednn(dtype, cpu):
+        return SLOW_BF16.format(dtype=dtype)
     if process_count > 1:
         # Every process must compile the same program; their timings could disagree.
         return f"{process_count} processes would each time their own"
     if config.train.steps - start_step < TRIAL_MIN_STEPS:
         return f"fewer than {TRIAL_MIN_STEPS} steps to run"
     return None
+
+
+def slow_on_onednn(dtype: str, cpu: HostCPU) -> bool:
+    """Whether oneDNN would run this compute dtype's matmuls without native instructions."""
+    return dtype != "float32" and not BF16_FLAGS & set(cpu.flags)
 
 
 def candidates(lowered: Any, default_step: Any) -> dict[str, Any]:

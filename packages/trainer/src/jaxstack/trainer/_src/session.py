@@ -201,8 +201,12 @@ class Session:
 
     def _compile_train_steps(self, lowered: Any) -> dict[str, Any]:
         setting = self.config.train.matmul_backend
+        dtype = self.model_config.dtype
         if setting != "auto":
             self.matmul_backend, self.matmul_note = setting, "train.matmul_backend"
+            if setting == "onednn" and matmul_backend.slow_on_onednn(dtype, host_cpu()):
+                warning = matmul_backend.SLOW_BF16.format(dtype=dtype)
+                self.matmul_note += f"; WARNING: {warning}; matmul_backend=default avoids it"
             return {setting: matmul_backend.compile_step(lowered, setting)}
         if self.restored_matmul_backend:
             with contextlib.suppress(ConfigError):  # else this jaxlib cannot: choose afresh
@@ -216,7 +220,7 @@ class Session:
             jax.devices()[0].platform,
             jax.process_count(),
             self.start_step,
-            self.model_config.dtype,
+            dtype,
             host_cpu(),
         )
         steps = {"default": default} if why else matmul_backend.candidates(lowered, default)
