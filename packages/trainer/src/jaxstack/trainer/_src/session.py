@@ -262,19 +262,14 @@ class Session:
         data_states: list[dict[str, Any]],
         metrics: dict[str, float],
     ) -> None:
+        metadata = {"config": self.config.to_dict(), "versions": _versions()}
+        if self.matmul_backend:
+            metadata["matmul_backend"] = matmul_backend.record(self.matmul_backend)
         self.manager.save(
             step,
             state,
             data_state={"shards": data_states, "num_shards": self.num_shards},
-            metadata={
-                "config": self.config.to_dict(),
-                "versions": _versions(),
-                **(
-                    {"matmul_backend": matmul_backend.record(b)}
-                    if (b := self.matmul_backend)
-                    else {}
-                ),
-            },
+            metadata=metadata,
             metrics={k: v for k, v in metrics.items() if isinstance(v, float) and math.isfinite(v)},
         )
 
