@@ -14,8 +14,13 @@ machine has cores (JAX uses all cores by default).
 Rounds alternate jax and torch worker processes (jax, torch, then torch, jax, ...) so load that
 drifts hits both alike. Per matmul: the median time over repeats and rounds, GFLOP/s and the
 jax / torch speed ratio; per case: the total matmul time of one step (each product times its
-count), which is the part of the step XLA's kernels decide. Writes results-gemm-<machine kind>.md
-and .json.
+count), which is the part of the step XLA's kernels decide. With `--steps N` (default 30) each round
+also times both whole trainers (jaxstack-train with `train.matmul_backend=default`, so `XLA_FLAGS`
+set around the script decides its kernels, and the minimal PyTorch trainer; both with glibc's
+retained-memory settings), and the results split each step into its matmuls and the rest: how
+much of the step is left to the elementwise work once the kernels are equal, and what a given
+speed-up over PyTorch would leave for it. Writes results-gemm-<machine kind>.md and .json
+(`--name` keeps a run apart: results-gemm-<name>-<machine kind>).
 """
 
 from __future__ import annotations
@@ -137,6 +142,12 @@ def main() -> None:
     p.add_argument("--cases", default="d256,d512")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--repeats", type=int, default=15)
+    p.add_argument(
+        "--name", default="", help="keeps this run in results-gemm-<name>-<machine kind>"
+    )
+    p.add_argument(
+        "--steps", type=int, default=30, help="also time both whole trainers (0: matmuls only)"
+    )
     p.add_argument("--worker", choices=["jax", "torch"], help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -147,22 +158,42 @@ def main() -> None:
 
     sys.path.insert(0, str(HERE.parent))
     from conditions import conditions_markdown, measure_conditions
-    from run import machine_kind
+    from run import RETAINED_MALLOC, machine_kind, run_jax, run_torch
 
     pythons = {"jax": sys.executable, "torch": args.torch}
-    results = {}
-    with measure_conditions(packages=["jax", "jaxlib"]) as conditions:
+    results, steps, commands = {}, {}, {}
+    with measure_conditions(packages=["jax", "jaxlib", "jaxstack-trainer"]) as conditions:
         for case in args.cases.split(","):
             per_round = {"jax": [], "torch": []}
+            step_s = {"jax": [], "torch": []}
             for rnd in range(args.rounds):
                 order = ["jax", "torch"] if rnd % 2 == 0 else ["torch", "jax"]
                 for fw in order:
                     per_round[fw].append(run_worker(pythons[fw], fw, case, args.repeats))
                     print(case, rnd + 1, fw, "done", flush=True)
+                for fw in order if args.steps else ():
+                    out, cmd = (
+                        run_jax(
+                            CASES[case],
+                            args.steps,
+                            "float32",
+                            "retain",
+                            ["train.matmul_backend=default"],
+                        )
+                        if fw == "jax"
+                        else run_torch(
+                            args.torch, "minimal", CASES[case], args.steps, RETAINED_MALLOC
+                        )
+                    )
+                    step_s[fw].append(BATCH * SEQ / out["tokens_per_sec"])
+                    commands[f"{case} {fw}"] = " ".join(cmd)
+                    print(case, rnd + 1, fw, f"step {step_s[fw][-1]:.3f} s", flush=True)
             results[case] = {
                 fw: [statistics.median(col) for col in zip(*rs, strict=True)]
                 for fw, rs in per_round.items()
             }
+            if args.steps:
+                steps[case] = step_s
     torch_version = subprocess.run(
         [args.torch, "-c", "import torch; print(torch.__version__)"], capture_output=True, text=True
     ).stdout.strip()
@@ -174,13 +205,52 @@ def main() -> None:
         "dtype": "float32",
         "torch_threads": os.cpu_count(),
         "xla_flags": os.environ.get("XLA_FLAGS", ""),
+        "train_steps": args.steps,
+        "host_allocator": "retain (jaxstack) / the same glibc tunables (torch)",
+        "commands": commands,
     }
-    write(
-        results, meta, machine_kind(meta["cpu_model"], meta["cpu_flags"]), conditions_markdown(meta)
-    )
+    kind = machine_kind(meta["cpu_model"], meta["cpu_flags"])
+    name = f"{args.name}-{kind}" if args.name else kind
+    write(results, steps, meta, name, conditions_markdown(meta))
 
 
-def write(results: dict, meta: dict, kind: str, conditions_md: str) -> None:
+def step_split(matmul_s: dict, step_s: dict) -> dict:
+    """Each trainer's median step against its matmuls' sum; the rest is everything else the
+    step does (norms, activations, softmax, loss, optimizer, copies, idle cores)."""
+    step = {fw: statistics.median(ts) for fw, ts in step_s.items()}
+    return {
+        "step_s": step,
+        "step_s_per_round": step_s,
+        "matmul_s": matmul_s,
+        "rest_s": {fw: step[fw] - matmul_s[fw] for fw in step},
+        # What jaxstack's rest could be for its step to run 1.15x PyTorch's with its matmuls.
+        "rest_s_for_1_15x": step["torch"] / 1.15 - matmul_s["jax"],
+    }
+
+
+def step_split_lines(split: dict) -> list[str]:
+    step, mm, rest = split["step_s"], split["matmul_s"], split["rest_s"]
+
+    def ms(x: float) -> str:
+        return f"{x * 1e3:,.0f}"
+
+    return [
+        "",
+        "| whole train step (median of rounds) | jaxstack | torch minimal |",
+        "|---|---:|---:|",
+        f"| step ms | {ms(step['jax'])} | {ms(step['torch'])} |",
+        f"| its matmuls, summed from the table | {ms(mm['jax'])} | {ms(mm['torch'])} |",
+        f"| the rest ms (share of the step) | {ms(rest['jax'])} "
+        f"({rest['jax'] / step['jax']:.0%}) | {ms(rest['torch'])} "
+        f"({rest['torch'] / step['torch']:.0%}) |",
+        "",
+        f"jaxstack's step is {step['torch'] / step['jax']:.2f}x PyTorch's speed. For 1.15x, with "
+        f"these matmuls, the rest of its step would have to take {ms(split['rest_s_for_1_15x'])} "
+        f"ms instead of {ms(rest['jax'])}.",
+    ]
+
+
+def write(results: dict, steps: dict, meta: dict, kind: str, conditions_md: str) -> None:
     rows, lines = (
         [],
         [
@@ -224,6 +294,10 @@ def write(results: dict, meta: dict, kind: str, conditions_md: str) -> None:
         rows.append(
             {"case": case, "name": "step total", "jax_s": step["jax"], "torch_s": step["torch"]}
         )
+        if case in steps:
+            split = step_split(step, steps[case])
+            rows.append({"case": case, "name": "whole step"} | split)
+            lines += step_split_lines(split)
     out = HERE / f"results-gemm-{kind}"
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
