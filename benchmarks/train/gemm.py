@@ -63,6 +63,7 @@ def step_matmuls(d_model: int, heads: int, mlp: int) -> list[dict]:
     return out
 
 
+# run.py's cases, restated: the torch worker runs in a venv without jaxstack, which run.py needs.
 CASES = {
     "d256": dict(d_model=256, heads=4, mlp=1024),
     "d512": dict(d_model=512, heads=8, mlp=2048),
@@ -158,7 +159,7 @@ def main() -> None:
 
     sys.path.insert(0, str(HERE.parent))
     from conditions import conditions_markdown, measure_conditions
-    from run import RETAINED_MALLOC, machine_kind, run_jax, run_torch
+    from run import machine_kind
 
     pythons = {"jax": sys.executable, "torch": args.torch}
     results, steps, commands = {}, {}, {}
@@ -172,19 +173,7 @@ def main() -> None:
                     per_round[fw].append(run_worker(pythons[fw], fw, case, args.repeats))
                     print(case, rnd + 1, fw, "done", flush=True)
                 for fw in order if args.steps else ():
-                    out, cmd = (
-                        run_jax(
-                            CASES[case],
-                            args.steps,
-                            "float32",
-                            "retain",
-                            ["train.matmul_backend=default"],
-                        )
-                        if fw == "jax"
-                        else run_torch(
-                            args.torch, "minimal", CASES[case], args.steps, RETAINED_MALLOC
-                        )
-                    )
+                    out, cmd = train_whole_step(fw, case, args.steps, args.torch)
                     step_s[fw].append(BATCH * SEQ / out["tokens_per_sec"])
                     commands[f"{case} {fw}"] = " ".join(cmd)
                     print(case, rnd + 1, fw, f"step {step_s[fw][-1]:.3f} s", flush=True)
@@ -212,6 +201,17 @@ def main() -> None:
     kind = machine_kind(meta["cpu_model"], meta["cpu_flags"])
     name = f"{args.name}-{kind}" if args.name else kind
     write(results, steps, meta, name, conditions_markdown(meta))
+
+
+def train_whole_step(framework: str, case: str, steps: int, torch_python: str):
+    """(run.py's result, command) of one trainer for `steps` steps, both with retained host
+    memory; jaxstack on `train.matmul_backend=default`, so XLA_FLAGS picks its kernels."""
+    from run import RETAINED_MALLOC, run_jax, run_torch
+
+    if framework == "jax":
+        extra = ["train.matmul_backend=default"]
+        return run_jax(CASES[case], steps, "float32", "retain", extra)
+    return run_torch(torch_python, "minimal", CASES[case], steps, RETAINED_MALLOC)
 
 
 def step_split(matmul_s: dict, step_s: dict) -> dict:
