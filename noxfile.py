@@ -9,11 +9,13 @@ by uv.lock), which is what proves that `pip install jaxstack-<x>` works by itsel
     nox -s "tests(package='datalib')"       # one package in isolation
     nox -s "integration(backend='cpu')"     # cross-package scenarios
     nox -s "compat_release(package='nnlib')" # the scenario with nnlib at its release
+    nox -s release -- nnlib                 # record nnlib's current version as released today
     nox -s docs                             # the documentation site, strict, offline
 """
 
 from __future__ import annotations
 
+import datetime
 import sys
 import tomllib
 from pathlib import Path
@@ -22,7 +24,7 @@ import nox
 
 sys.path.insert(0, str(Path(__file__).parent / "tools"))
 import releases
-from workspace import Package, all_packages, closure
+from workspace import Package, all_packages, closure, load_package
 
 nox.options.default_venv_backend = "uv"
 nox.options.reuse_existing_virtualenvs = False
@@ -85,8 +87,27 @@ def layers(session: nox.Session) -> None:
 
 @nox.session
 def versions(session: nox.Session) -> None:
-    """CHANGELOG top entries match versions; changed packages carry a new version."""
+    """Versions, CHANGELOGs and releases.toml agree; changed packages carry a new version; every
+    sibling requirement is met by a release (tools/check_versions.py)."""
+    session.install("packaging>=24")
     session.run("python", "tools/check_versions.py", *session.posargs)
+
+
+@nox.session(venv_backend="none")
+def release(session: nox.Session) -> None:
+    """Release the named packages at their current versions: `nox -s release -- trainer`. Dates
+    each CHANGELOG's top entry and records the release in releases.toml; the commit of those
+    files is the release."""
+    if not session.posargs:
+        session.error(f"name the packages to release, e.g. nox -s release -- {PACKAGES[0]}")
+    today = datetime.datetime.now(datetime.UTC).date()
+    for package in session.posargs:
+        try:
+            done = releases.record(package, today)
+        except ValueError as error:
+            session.error(str(error))
+        session.log(f"{package} {done.version} recorded as released on {done.date}")
+    session.log(f"commit {releases.RECORD} and the CHANGELOGs: that commit is the release")
 
 
 @nox.session
@@ -128,17 +149,20 @@ def compat(session: nox.Session, package: str, resolution: str) -> None:
 @nox.session
 @nox.parametrize("package", PACKAGES)
 def compat_release(session: nox.Session, package: str) -> None:
-    """The end-to-end scenario with `package` as it was last released (tools/releases.py) and
-    every other package at HEAD. About 5 minutes each on 2 idle cores; not in the default run."""
-    found = releases.last_released(package)
-    if found is None:
-        session.skip(f"{package}: no released version in the history yet")
-    release, commit = found
-    released = releases.extract(package, commit, Path(session.create_tmp()) / "release")
+    """The end-to-end scenario with `package` at its last release (releases.toml) and every other
+    package at HEAD. About 5 minutes each on 2 idle cores; in `./dev test-all`."""
+    last = releases.last_release(package)
+    if last is None:
+        session.skip(f"{package}: no release recorded in {releases.RECORD} yet")
+    if last.commit is None:  # recorded but not committed yet: the release is the working tree
+        released = load_package(package).path
+    else:
+        released = releases.extract(package, last.commit, Path(session.create_tmp()) / "release")
     project = tomllib.loads((released / "pyproject.toml").read_text())["project"]
     extra = "[test]" if "test" in project.get("optional-dependencies", {}) else ""
     others = [p.test_requirement for p in all_packages() if p.folder != package]
-    session.log(f"{package} {release.version} as released in {commit[:10]}; the others from HEAD")
+    where = last.commit[:10] if last.commit else "the working tree"
+    session.log(f"{package} {last.version} as released in {where}; the others from HEAD")
     # --no-sources: siblings resolve to the folders named here, not to the workspace's own
     session.install(
         "--no-sources",

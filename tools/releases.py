@@ -1,18 +1,20 @@
-"""Release points of the workspace's packages, recovered from git history alone.
+"""The record of the workspace's releases: `releases.toml` at the repository root.
 
-The repository keeps no tags. A package's version lives in `packages/<name>/pyproject.toml`, so
-version V begins at the first commit whose `pyproject.toml` says V: walking the history of that
-one file, oldest first, gives every version the package has had and where each began. Work on a
-version goes on for the working session that introduced it (a run of commits with no pause
-longer than SESSION_GAP_S between them); the version is released with the last commit of that
-session. A version whose session is still the newest one in the history is not released yet.
+One entry per released package version, with its date. The release itself is a commit: the one
+that added the entry to `releases.toml` (a release commit records the entry and dates the
+CHANGELOG heading together, so its tree is the package as released). Entries back-filled from the
+history before the file existed name their commit instead. Pushing commits is enough to publish
+the record; `tags` also writes it as git tags `jaxstack-<package>-v<version>` where those travel.
 
-    python tools/releases.py            # every package: each version and its first commit
-    python tools/releases.py trainer    # one package
+    python tools/releases.py                  # every package's releases
+    python tools/releases.py trainer          # one package's
+    python tools/releases.py record trainer   # release trainer's current version today
+    python tools/releases.py tags             # a git tag for each committed release
 """
 
 from __future__ import annotations
 
+import datetime
 import io
 import subprocess
 import sys
@@ -22,14 +24,31 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import workspace
+from packaging.version import Version
 
-SESSION_GAP_S = 4 * 3600
+RECORD = "releases.toml"
+HEADER = """\
+# Every release of the workspace's packages, oldest first. Written by `nox -s release -- <package>`
+# (tools/releases.py); read by the version check and the compat_release sessions.
+#
+# A release is the commit that added its entry to this file. An entry with a `commit` names its
+# release commit instead: those back-filled from the history before this file, where a version's
+# release is the last commit of the working session that introduced it (no pause over four hours
+# between commits), or the last commit that had the version if a later one replaced it within
+# that session.
+"""
 
 
 @dataclass(frozen=True)
 class Release:
+    package: str
     version: str
-    commit: str  # the first commit with this version
+    date: datetime.date
+    commit: str | None  # None until the entry is committed
+
+    @property
+    def tag(self) -> str:
+        return f"{workspace.DISTRIBUTION_PREFIX}{self.package}-v{self.version}"
 
 
 def git(*args: str) -> str:
@@ -38,61 +57,53 @@ def git(*args: str) -> str:
     ).stdout
 
 
-def pyproject_path(folder: str) -> str:
-    return f"packages/{folder}/pyproject.toml"
-
-
 def version_at(folder: str, rev: str) -> str | None:
     """The package's version in commit `rev`, or None if the package did not exist there."""
-    text = git("show", f"{rev}:{pyproject_path(folder)}")
+    text = git("show", f"{rev}:packages/{folder}/pyproject.toml")
     return tomllib.loads(text)["project"]["version"] if text else None
 
 
-def releases(folder: str, rev: str = "HEAD") -> list[Release]:
-    """Every version of the package in the history of `rev`, oldest first, each with its first
-    commit (the commit where `pyproject.toml` first had that version)."""
-    commits = git("log", "--reverse", "--format=%H", rev, "--", pyproject_path(folder)).split()
-    found: list[Release] = []
-    seen: set[str] = set()
-    for commit in commits:
-        version = version_at(folder, commit)
-        if version is not None and version not in seen:
-            seen.add(version)
-            found.append(Release(version, commit))
+def entries(text: str) -> list[dict]:
+    return tomllib.loads(text).get("release", [])
+
+
+def adding_commits() -> dict[tuple[str, str], str]:
+    """(package, version) -> the first commit whose `releases.toml` has that entry."""
+    found: dict[tuple[str, str], str] = {}
+    for commit in git("log", "--reverse", "--format=%H", "HEAD", "--", RECORD).split():
+        for entry in entries(git("show", f"{commit}:{RECORD}")):
+            found.setdefault((entry["package"], entry["version"]), commit)
     return found
 
 
-def release_of(folder: str, version: str, rev: str = "HEAD") -> Release | None:
-    """The release of `version` (its first commit), or None if no commit has had it yet."""
-    return next((r for r in releases(folder, rev) if r.version == version), None)
-
-
-def last_release(folder: str, rev: str = "HEAD") -> Release | None:
-    """The release of the version the package has in `rev`."""
-    version = version_at(folder, rev)
-    return release_of(folder, version, rev) if version else None
-
-
-def session_end(commit: str, rev: str = "HEAD") -> str | None:
-    """The last commit of the working session `commit` belongs to, or None while that session is
-    the newest in the history of `rev` (its version is still being built)."""
-    history = [
-        line.split() for line in git("log", "--reverse", "--format=%H %ct", rev).splitlines()
+def recorded() -> list[Release]:
+    """The releases in the working tree's `releases.toml`, in file order, each with its commit."""
+    path = workspace.ROOT / RECORD
+    listed = entries(path.read_text()) if path.exists() else []
+    added = adding_commits() if any("commit" not in e for e in listed) else {}
+    return [
+        Release(
+            e["package"],
+            e["version"],
+            e["date"],
+            e.get("commit") or added.get((e["package"], e["version"])),
+        )
+        for e in listed
     ]
-    index = next(i for i, (sha, _) in enumerate(history) if sha == commit)
-    while index + 1 < len(history):
-        if int(history[index + 1][1]) - int(history[index][1]) > SESSION_GAP_S:
-            return history[index][0]
-        index += 1
-    return None
 
 
-def last_released(folder: str, rev: str = "HEAD") -> tuple[Release, str] | None:
-    """The newest released version of the package and the commit that released it."""
-    for release in reversed(releases(folder, rev)):
-        if end := session_end(release.commit, rev):
-            return release, end
-    return None
+def releases_of(folder: str, record: list[Release] | None = None) -> list[Release]:
+    """The package's releases, oldest version first."""
+    mine = [r for r in (recorded() if record is None else record) if r.package == folder]
+    return sorted(mine, key=lambda r: Version(r.version))
+
+
+def release_of(folder: str, version: str, record: list[Release] | None = None) -> Release | None:
+    return next((r for r in releases_of(folder, record) if r.version == version), None)
+
+
+def last_release(folder: str, record: list[Release] | None = None) -> Release | None:
+    return next(reversed(releases_of(folder, record)), None)
 
 
 def extract(folder: str, commit: str, destination: Path) -> Path:
@@ -108,11 +119,72 @@ def extract(folder: str, commit: str, destination: Path) -> Path:
     return destination / "packages" / folder
 
 
+def record(folder: str, today: datetime.date) -> Release:
+    """Release the package's current version: date its top CHANGELOG heading (`## Unreleased` or
+    `## [V]`) and append the entry to `releases.toml`. Committing both makes the release."""
+    package = workspace.load_package(folder)
+    if done := release_of(folder, package.version):
+        raise ValueError(
+            f"{folder} {package.version} was released on {done.date}; set the next version in "
+            f"packages/{folder}/pyproject.toml first."
+        )
+    if (last := last_release(folder)) and Version(package.version) <= Version(last.version):
+        raise ValueError(
+            f"{folder} {package.version} is not newer than its last release {last.version}; "
+            f"set a newer version in packages/{folder}/pyproject.toml."
+        )
+    top = workspace.changelog_headings(package)[:1]
+    if not top or top[0].date or top[0].version not in (None, package.version):
+        raise ValueError(
+            f"packages/{folder}/CHANGELOG.md must start with '## Unreleased' (or "
+            f"'## [{package.version}]') listing what {package.version} changes."
+        )
+    changelog = package.path / "CHANGELOG.md"
+    heading = f"## [{package.version}] - {today.isoformat()}"
+    changelog.write_text(changelog.read_text().replace(top[0].line, heading, 1))
+    path = workspace.ROOT / RECORD
+    text = path.read_text() if path.exists() else HEADER
+    entry = f'\n[[release]]\npackage = "{folder}"\nversion = "{package.version}"\ndate = {today}\n'
+    path.write_text(text + entry)
+    return Release(folder, package.version, today, None)
+
+
+def tag() -> list[str]:
+    """Tag each committed release that has no tag yet; returns the new tags."""
+    existing = set(git("tag", "--list", f"{workspace.DISTRIBUTION_PREFIX}*").split())
+    made = []
+    for release in recorded():
+        if release.commit and release.tag not in existing:
+            subprocess.run(
+                ["git", "tag", release.tag, release.commit], cwd=workspace.ROOT, check=True
+            )
+            made.append(release.tag)
+    return made
+
+
 def main(argv: list[str]) -> int:
-    folders = argv or [p.folder for p in workspace.all_packages()]
-    for folder in folders:
-        history = ", ".join(f"{r.version} @ {r.commit[:10]}" for r in releases(folder))
-        print(f"{folder}: {history or 'no commit yet'}")
+    if argv[:1] == ["record"]:
+        if len(argv) == 1:
+            print("releases: name the package(s) to release: record <package>...", file=sys.stderr)
+            return 2
+        for folder in argv[1:]:
+            try:
+                release = record(folder, datetime.datetime.now(datetime.UTC).date())
+            except ValueError as error:
+                print(f"releases: {error}", file=sys.stderr)
+                return 1
+            print(f"releases: {folder} {release.version} recorded as released on {release.date}")
+        print(f"releases: commit {RECORD} with the CHANGELOG(s): that commit is the release")
+        return 0
+    if argv == ["tags"]:
+        print("\n".join(tag()) or "releases: every committed release is tagged already")
+        return 0
+    for folder in argv or [p.folder for p in workspace.all_packages()]:
+        history = ", ".join(
+            f"{r.version} {r.date} @ {r.commit[:10] if r.commit else 'uncommitted'}"
+            for r in releases_of(folder)
+        )
+        print(f"{folder}: {history or 'no release yet'}")
     return 0
 
 

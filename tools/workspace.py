@@ -6,6 +6,7 @@ their sibling dependencies live in one place: the packages' own `pyproject.toml`
 
 from __future__ import annotations
 
+import datetime
 import re
 import tomllib
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ class Package:
     dependencies: tuple[str, ...]
     extras: tuple[str, ...] = ()
     test_dependencies: tuple[str, ...] = ()
+    extra_dependencies: tuple[str, ...] = ()  # every extra's requirements, `test` included
 
     @property
     def path(self) -> Path:
@@ -59,13 +61,15 @@ def requirement_name(requirement: str) -> str:
 
 def load_package(folder: str) -> Package:
     project = tomllib.loads((PACKAGES_DIR / folder / "pyproject.toml").read_text())["project"]
+    extras = project.get("optional-dependencies", {})
     return Package(
         folder,
         project["name"],
         project["version"],
         tuple(project.get("dependencies", ())),
-        tuple(project.get("optional-dependencies", {})),
-        tuple(project.get("optional-dependencies", {}).get("test", ())),
+        tuple(extras),
+        tuple(extras.get("test", ())),
+        tuple(r for requirements in extras.values() for r in requirements),
     )
 
 
@@ -102,6 +106,32 @@ def closure(folder: str, *, with_test_extra: bool = False) -> list[Package]:
     return ordered
 
 
-def changelog_top_version(package: Package) -> str | None:
-    match = re.search(r"^## \[([^\]]+)\]", (package.path / "CHANGELOG.md").read_text(), re.M)
-    return match.group(1) if match else None
+@dataclass(frozen=True)
+class Heading:
+    """A `## ` heading of a CHANGELOG: `## Unreleased` (version None), `## [V]` (not released yet,
+    no date) or `## [V] - YYYY-MM-DD` (released on that date); `line` is the heading as written."""
+
+    line: str
+    version: str | None
+    date: datetime.date | None
+
+
+HEADING = re.compile(
+    r"## (?:\[?Unreleased\]?|\[(?P<version>[^\]]+)\](?: - (?P<date>\d{4}-\d{2}-\d{2}))?)\s*"
+)
+
+
+def changelog_headings(package: Package) -> list[Heading]:
+    """The CHANGELOG's `## ` headings, top first. A heading of another form raises ValueError."""
+    found = []
+    for line in (package.path / "CHANGELOG.md").read_text().splitlines():
+        if not line.startswith("## "):
+            continue
+        if not (match := HEADING.fullmatch(line)):
+            raise ValueError(
+                f"packages/{package.folder}/CHANGELOG.md: heading {line!r} is none of "
+                "'## Unreleased', '## [V]', '## [V] - YYYY-MM-DD'."
+            )
+        date = match["date"] and datetime.date.fromisoformat(match["date"])
+        found.append(Heading(line, match["version"], date))
+    return found

@@ -1,82 +1,115 @@
-"""Release points come from history: each version's first commit, oldest first."""
+"""Releases are records: `releases.toml` lists them, and a release's commit is the one that added
+its entry (or the commit a back-filled entry names), whatever the history's timing."""
 
-import subprocess
-import sys
-from pathlib import Path
+import datetime
+import re
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import releases
-import workspace
+
+DAY = datetime.date(2026, 12, 3)
 
 
-@pytest.fixture
-def repo(tmp_path, monkeypatch):
-    monkeypatch.setattr(workspace, "ROOT", tmp_path)
-    folder = tmp_path / "packages" / "demo"
-    folder.mkdir(parents=True)
-    heads = []
+def test_record_dates_the_changelog_and_appends_the_entry(repo):
+    repo.write_package("0.1.0", "## Unreleased\n\n- first\n")
+    release = releases.record("demo", DAY)
+    assert release == releases.Release("demo", "0.1.0", DAY, None)
+    changelog = (repo.root / "packages/demo/CHANGELOG.md").read_text()
+    assert changelog == "# Changelog of jaxstack-demo\n\n## [0.1.0] - 2026-12-03\n\n- first\n"
+    assert releases.recorded() == [release]  # recorded, not committed yet
 
-    def commit(version: str, other: str = "") -> str:
-        (folder / "pyproject.toml").write_text(
-            f'[project]\nname = "jaxstack-demo"\nversion = "{version}"\n{other}'
-        )
-        (folder / "module.py").write_text(f"# {version} {len(heads)}\n")
-        subprocess.run(["git", "add", "-A"], cwd=tmp_path, check=True)
-        subprocess.run(["git", "commit", "-qm", version], cwd=tmp_path, check=True)
-        head = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        heads.append(head)
-        return head
-
-    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "config", "user.email", "t@example.invalid"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "config", "user.name", "t"], cwd=tmp_path, check=True)
-    return commit
-
-
-def test_each_version_is_released_at_its_first_commit(repo):
-    first = repo("0.1.0")
-    repo("0.1.0", other="dependencies = []\n")  # same version, later commit
-    second = repo("0.2.0")
-    repo("0.2.0", other="dependencies = []\n")
-    assert releases.releases("demo") == [
-        releases.Release("0.1.0", first),
-        releases.Release("0.2.0", second),
+    repo.write_package("0.2.0", "## [0.2.0]\n\n- second\n\n## [0.1.0] - 2026-12-03\n\n- first\n")
+    releases.record("demo", DAY + datetime.timedelta(days=1))
+    assert [(r.version, r.date) for r in releases.recorded()] == [
+        ("0.1.0", DAY),
+        ("0.2.0", datetime.date(2026, 12, 4)),
     ]
-    assert releases.last_release("demo") == releases.Release("0.2.0", second)
-    assert releases.release_of("demo", "0.1.0").commit == first
-    assert releases.release_of("demo", "0.3.0") is None
+    assert "## [0.2.0] - 2026-12-04\n" in (repo.root / "packages/demo/CHANGELOG.md").read_text()
 
 
-def test_history_is_read_as_of_a_revision(repo):
-    first = repo("0.1.0")
-    repo("0.2.0")
-    assert releases.releases("demo", rev=first) == [releases.Release("0.1.0", first)]
-    assert releases.version_at("demo", first) == "0.1.0"
-    assert releases.version_at("missing", first) is None
+def test_record_refuses_a_version_already_released_or_older(repo):
+    repo.write_package("0.2.0")
+    releases.record("demo", DAY)
+    repo.write_package("0.2.0", "## Unreleased\n\n- more\n\n## [0.2.0] - 2026-12-03\n\n- x\n")
+    with pytest.raises(
+        ValueError, match=re.escape("0.2.0 was released on 2026-12-03; set the next version")
+    ):
+        releases.record("demo", DAY)
+    repo.write_package("0.1.5", "## Unreleased\n\n- more\n\n## [0.2.0] - 2026-12-03\n\n- x\n")
+    with pytest.raises(
+        ValueError, match=re.escape("0.1.5 is not newer than its last release 0.2.0")
+    ):
+        releases.record("demo", DAY)
+
+
+def test_record_needs_the_changes_under_an_unreleased_heading(repo):
+    repo.write_package("0.2.0", "## [0.1.0] - 2026-12-01\n\n- x\n")
+    with pytest.raises(ValueError, match="must start with '## Unreleased'"):
+        releases.record("demo", DAY)
+    assert not (repo.root / releases.RECORD).exists()
+
+
+def test_the_release_commit_is_the_one_that_added_the_entry(repo):
+    repo.write_package("0.1.0")
+    repo.commit("demo 0.1.0")
+    releases.record("demo", DAY)
+    released = repo.commit("release demo 0.1.0")
+    repo.change_source("x = 1\n")
+    repo.commit("demo: later work", after_hours=10)
+    repo.write_package("0.2.0", "## Unreleased\n\n- y\n\n## [0.1.0] - 2026-12-03\n\n- x\n")
+    repo.commit("demo 0.2.0, not released")
+    assert releases.recorded() == [releases.Release("demo", "0.1.0", DAY, released)]
+    assert releases.last_release("demo").commit == released
+    assert releases.release_of("demo", "0.2.0") is None
+
+
+def test_a_back_filled_entry_names_its_commit(repo):
+    repo.write_package("0.1.0")
+    first = repo.commit("demo 0.1.0")
+    (repo.root / releases.RECORD).write_text(
+        f'[[release]]\npackage = "demo"\nversion = "0.1.0"\ndate = 2026-11-30\ncommit = "{first}"\n'
+    )
+    repo.commit("releases.toml, back-filled")
+    assert releases.last_release("demo") == releases.Release(
+        "demo", "0.1.0", datetime.date(2026, 11, 30), first
+    )
+
+
+def test_versions_are_ordered_as_versions_not_as_text(repo):
+    repo.write_package("0.9.0")
+    releases.record("demo", DAY)
+    repo.write_package("0.10.0", "## Unreleased\n\n- y\n\n## [0.9.0] - 2026-12-03\n\n- x\n")
+    releases.record("demo", DAY)
+    assert releases.last_release("demo").version == "0.10.0"
+
+
+def test_each_release_is_tagged_once_committed(repo):
+    repo.write_package("0.1.0")
+    releases.record("demo", DAY)
+    released = repo.commit("release demo 0.1.0")
+    repo.write_package("0.2.0", "## Unreleased\n\n- y\n\n## [0.1.0] - 2026-12-03\n\n- x\n")
+    releases.record("demo", DAY)  # not committed: no commit to tag yet
+    assert releases.tag() == ["jaxstack-demo-v0.1.0"]
+    assert repo.git("rev-list", "-n1", "jaxstack-demo-v0.1.0") == released
+    assert releases.tag() == []
 
 
 def test_a_release_is_extracted_as_it_was(repo, tmp_path):
-    first = repo("0.1.0")
-    repo("0.2.0")
-    folder = releases.extract("demo", first, tmp_path / "out")
+    repo.write_package("0.1.0")
+    repo.change_source("# as released\n")
+    releases.record("demo", DAY)
+    released = repo.commit("release demo 0.1.0")
+    repo.change_source("# later\n")
+    repo.commit("demo: later")
+    folder = releases.extract("demo", released, tmp_path / "out")
     assert 'version = "0.1.0"' in (folder / "pyproject.toml").read_text()
-    assert (folder / "module.py").read_text() == "# 0.1.0 0\n"
+    assert (folder / "module.py").read_text() == "# as released\n"
 
 
-def test_a_version_is_released_with_the_last_commit_of_its_session(repo):
-    import os
-    import subprocess
-
-    first = repo("0.1.0")
-    same_session = repo("0.1.0", other="dependencies = []\n")
-    assert releases.session_end(first) is None  # its session is the newest: not released yet
-    later = "@1900000000 +0000"
-    env = {**os.environ, "GIT_COMMITTER_DATE": later, "GIT_AUTHOR_DATE": later}
-    root = releases.workspace.ROOT
-    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "later"], cwd=root, env=env,
-                   check=True)  # fmt: skip
-    assert releases.session_end(first) == same_session
+def test_the_command_line_records_and_lists(repo):
+    repo.write_package("0.1.0")
+    assert releases.main(["record", "demo"]) == 0
+    repo.commit("release demo 0.1.0")
+    listing = repo.git("show", f"HEAD:{releases.RECORD}")
+    assert 'package = "demo"\nversion = "0.1.0"\n' in listing
+    assert releases.main(["record", "demo"]) == 1  # already released
