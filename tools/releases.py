@@ -122,6 +122,9 @@ def extract(folder: str, commit: str, destination: Path) -> Path:
 def record(folder: str, today: datetime.date) -> Release:
     """Release the package's current version: date its top CHANGELOG heading (`## Unreleased` or
     `## [V]`) and append the entry to `releases.toml`. Committing both makes the release."""
+    known = [p.folder for p in workspace.all_packages()]
+    if folder not in known:
+        raise ValueError(f"no package {folder!r} in packages/; the packages: {', '.join(known)}.")
     package = workspace.load_package(folder)
     if done := release_of(folder, package.version):
         raise ValueError(
@@ -140,8 +143,9 @@ def record(folder: str, today: datetime.date) -> Release:
             f"'## [{package.version}]') listing what {package.version} changes."
         )
     changelog = package.path / "CHANGELOG.md"
-    heading = f"## [{package.version}] - {today.isoformat()}"
-    changelog.write_text(changelog.read_text().replace(top[0].line, heading, 1))
+    lines = changelog.read_text().split("\n")
+    lines[lines.index(top[0].line)] = f"## [{package.version}] - {today.isoformat()}"
+    changelog.write_text("\n".join(lines))
     path = workspace.ROOT / RECORD
     text = path.read_text() if path.exists() else HEADER
     entry = f'\n[[release]]\npackage = "{folder}"\nversion = "{package.version}"\ndate = {today}\n'

@@ -42,6 +42,12 @@ def test_record_refuses_a_version_already_released_or_older(repo):
         releases.record("demo", DAY)
 
 
+def test_record_names_the_packages_when_one_is_unknown(repo):
+    repo.write_package("0.1.0")
+    with pytest.raises(ValueError, match="no package 'dmeo' in packages/; the packages: demo"):
+        releases.record("dmeo", DAY)
+
+
 def test_record_needs_the_changes_under_an_unreleased_heading(repo):
     repo.write_package("0.2.0", "## [0.1.0] - 2026-12-01\n\n- x\n")
     with pytest.raises(ValueError, match="must start with '## Unreleased'"):
