@@ -118,6 +118,33 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(run_dir, tmp_path, cap
     assert "not a jaxstack-train run directory" in err
 
 
+def test_binary_or_foreign_files_are_one_line_exit_2(tmp_path, capsys):
+    """A file of the wrong kind names itself and the expected format instead of a traceback."""
+    out = tmp_path / "out"
+    binary = tmp_path / "rules.bin"
+    binary.write_bytes(bytes(range(128, 256)) * 4)
+    err = one_line_error(
+        capsys, ["ptq", str(tmp_path), "--rules", str(binary), "--out", str(out)], out
+    )
+    assert f"{binary} is not a YAML rules file (not UTF-8 text" in err
+    assert "a YAML list of mappings" in err
+
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("int8\n")
+    err = one_line_error(
+        capsys, ["ptq", str(tmp_path), "--rules", str(scalar), "--out", str(out)], out
+    )
+    assert "got str 'int8'" in err and "a YAML list of mappings" in err
+
+    for name, content in (("list", b"[1, 2]"), ("binary", bytes(range(128, 256)))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "quant.json").write_bytes(content)
+    err = one_line_error(capsys, ["eval", str(tmp_path / "list")], tmp_path / "nothing")
+    assert "a JSON list, not a 'jaxstack-quantlib' record" in err
+    err = one_line_error(capsys, ["eval", str(tmp_path / "binary")], tmp_path / "nothing")
+    assert "no readable quant.json" in err
+
+
 def test_a_loaded_run_is_an_ordinary_mutable_model(run_dir):
     """QLoRA on a trained run: attaching adapters mutates the loaded model's modules."""
     src = ql.load_run(run_dir)

@@ -13,6 +13,7 @@ import dataclasses
 import difflib
 import pathlib
 import re
+import reprlib
 import warnings
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -79,11 +80,20 @@ PRESETS: dict[str, tuple[QuantRule, ...]] = {
 }
 
 
+RULES_FILE_EXAMPLE = (
+    "a rules file is a YAML list of mappings with QuantRule's keys, "
+    "e.g. `- {module_path: 'attn/', weight_qtype: int8}`"
+)
+
+
 def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
     if isinstance(items, dict) and "rules" in items:
         items = items["rules"]
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
-        raise RuleError(f"{source}: expected a non-empty list of rules (mappings), got {items!r}")
+        raise RuleError(
+            f"{source}: expected a non-empty list of rules (mappings), got "
+            f"{type(items).__name__} {reprlib.repr(items)}; {RULES_FILE_EXAMPLE}"
+        )
     known = {f.name for f in dataclasses.fields(QuantRule)}
     rules = []
     for i, item in enumerate(items):
@@ -106,7 +116,16 @@ def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
             f"rules {str(spec)!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file"
         )
     try:
-        items = yaml.safe_load(path.read_text())
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise RuleError(
+            f"{path} is not a YAML rules file (not UTF-8 text: {e.reason} at byte {e.start}); "
+            f"{RULES_FILE_EXAMPLE}"
+        ) from e
+    except OSError as e:
+        raise RuleError(f"{path}: cannot read the rules file ({e.strerror})") from e
+    try:
+        items = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise RuleError(f"{path} does not parse as YAML: {str(e).splitlines()[0]}") from e
     return rules_from_dicts(items, str(path))

@@ -132,8 +132,21 @@ def read_info(directory: str | os.PathLike[str]) -> dict[str, Any]:
             f"{directory}: no readable {INFO_FILE}; pass a directory written by "
             "`jaxstack-quant ptq`"
         ) from e
-    if record.get("format") != FORMAT:
-        raise SourceError(f"{path}: format {record.get('format')!r} is not {FORMAT!r}")
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        found = (
+            f"format {record.get('format')!r}"
+            if isinstance(record, dict)
+            else f"a JSON {type(record).__name__}"
+        )
+        raise SourceError(
+            f"{path}: {found}, not a {FORMAT!r} record; pass a directory written by "
+            "`jaxstack-quant ptq`"
+        )
+    missing = sorted({"rules", "model_config"} - set(record))
+    if missing:
+        raise SourceError(
+            f"{path}: lacks {missing}; pass a directory written by `jaxstack-quant ptq`"
+        )
     return record
 
 
@@ -141,7 +154,10 @@ def load_quantized(directory: str | os.PathLike[str]) -> tuple[nnx.Module, dict[
     """The quantised model saved by `save_quantized`, and its `quant.json` record."""
     record = read_info(directory)
     rules = rules_from_dicts(record["rules"], f"{directory}/{INFO_FILE}")
-    mcfg = nnlib.ModelConfig.from_dict(record["model_config"])
+    try:
+        mcfg = nnlib.ModelConfig.from_dict(record["model_config"])
+    except (nnlib.Error, TypeError, ValueError) as e:
+        raise SourceError(f"{directory}/{INFO_FILE}: model_config does not build ({e})") from e
     model = nnx.eval_shape(
         lambda: quantized_structure(nnlib.Transformer(mcfg, rngs=nnx.Rngs(0)), PtqProvider(rules))
     )
