@@ -63,6 +63,38 @@ def test_verify_of_a_folder_without_checkpoints_fails_and_points_at_them(run_dir
     assert f"no checkpoint in {parent}" in err and str(run_dir) in err
 
 
+@pytest.mark.parametrize("command", ["ls", "ls --verify", "inspect", "inspect --step 10", "verify"])
+def test_every_command_on_a_folder_without_checkpoints_exits_2(tmp_path, capsys, command):
+    """A folder of other files is one line on stderr saying what a checkpoint folder holds."""
+    (tmp_path / "notes.txt").write_text("not a checkpoint")
+    (tmp_path / "logs").mkdir()
+    assert main([*command.split(), str(tmp_path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    assert f"no checkpoint in {tmp_path}: a checkpoint folder holds step_NNNNNNNN" in captured.err
+    assert main([*command.split(), str(tmp_path / "notes.txt")]) == 2
+    assert "notes.txt is a file, not a folder" in capsys.readouterr().err
+
+
+def test_export_of_a_folder_without_checkpoints_exits_2_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "p.safetensors"
+    assert main(["export-safetensors", str(tmp_path), str(out)]) == 2
+    assert f"no checkpoint in {tmp_path}: a checkpoint folder" in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_an_unreadable_manifest_is_damage_not_a_traceback(run_dir, capsys):
+    (run_dir / "step_00000020" / "manifest.json").write_bytes(bytes(range(128, 256)))
+    assert main(["inspect", str(run_dir), "--step", "20"]) == 2
+    err = capsys.readouterr().err
+    assert "no readable manifest" in err and "step_00000020: 'utf-8' codec can't decode" in err
+    assert main(["inspect", str(run_dir)]) == 0
+    assert "step 10" in capsys.readouterr().out
+    assert main(["ls", str(run_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "10  sizes ok" in out and "20  DAMAGED" in out and "unreadable manifest" in out
+
+
 def test_ls_says_what_it_checked_and_verify_finds_flipped_bits(run_dir, capsys):
     from test_integrity import flip_a_byte
 

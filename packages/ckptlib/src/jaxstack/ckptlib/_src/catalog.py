@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from jaxstack.ckptlib._src import layout, manifest
-from jaxstack.ckptlib._src.errors import CheckpointNotFoundError
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, CorruptCheckpointError
 from jaxstack.ckptlib._src.manifest import VerificationResult
 
 
@@ -38,11 +38,21 @@ class CheckpointInfo:
     num_leaves: int
 
 
-def _require_dir(directory: str | os.PathLike[str]) -> Path:
+def require_dir(directory: str | os.PathLike[str]) -> Path:
+    """`directory` as a Path, or a CheckpointNotFoundError saying it is missing or a file."""
     path = Path(os.fspath(directory))
     if not path.is_dir():
-        raise CheckpointNotFoundError(f"checkpoint directory {path} does not exist")
+        what = "is a file, not a folder" if path.exists() else "does not exist"
+        raise CheckpointNotFoundError(f"checkpoint directory {path} {what}")
     return path
+
+
+def require_steps(root: Path) -> list[int]:
+    """The committed steps of `root`, or the error that says what a checkpoint folder holds."""
+    steps = layout.committed_steps(root)
+    if not steps:
+        raise CheckpointNotFoundError(missing_checkpoints_message(root))
+    return steps
 
 
 def missing_checkpoints_message(root: Path) -> str:
@@ -71,7 +81,7 @@ def list_checkpoints(
       verify: recompute every file's hash (reads every byte: finds flipped bits too); by
         default only the manifest and the file sizes are checked.
     """
-    root = _require_dir(directory)
+    root = require_dir(directory)
     infos = []
     for step in layout.committed_steps(root):
         path = layout.step_dir(root, step)
@@ -97,18 +107,20 @@ def list_checkpoints(
 
 def read_manifest(directory: str | os.PathLike[str], step: int | None = None) -> dict[str, Any]:
     """The manifest of `step` (default: the newest step whose manifest reads)."""
-    root = _require_dir(directory)
-    steps = layout.committed_steps(root)
-    if step is None:
-        for s in reversed(steps):
-            try:
-                return manifest.load(layout.step_dir(root, s))
-            except (OSError, ValueError):
-                continue
-        raise CheckpointNotFoundError(f"no checkpoint with a readable manifest in {root}")
-    if step not in steps:
+    root = require_dir(directory)
+    steps = require_steps(root)
+    if step is not None and step not in steps:
         raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")
-    return manifest.load(layout.step_dir(root, step))
+    problems = []
+    for s in [step] if step is not None else reversed(steps):
+        try:
+            return manifest.load(layout.step_dir(root, s))
+        except (OSError, ValueError) as e:
+            problems.append(f"{layout.step_name(s)}: {e}")
+    raise CorruptCheckpointError(
+        f"no readable manifest in {root} ({'; '.join(problems)}); "
+        "`jaxstack-ckpt verify` tells what else is damaged"
+    )
 
 
 def verify_checkpoints(
@@ -120,10 +132,8 @@ def verify_checkpoints(
       CheckpointNotFoundError: `directory` holds no checkpoint (the message names the folders
         below it that do), or no checkpoint of `step`.
     """
-    root = _require_dir(directory)
-    steps = layout.committed_steps(root)
-    if not steps:
-        raise CheckpointNotFoundError(missing_checkpoints_message(root))
+    root = require_dir(directory)
+    steps = require_steps(root)
     if step is not None:
         if step not in steps:
             raise CheckpointNotFoundError(f"no checkpoint of step {step} in {root}; steps: {steps}")

@@ -2,11 +2,12 @@
 
     jaxstack-ckpt ls DIR [--verify]           steps, status, size, metrics (--verify: hashes)
     jaxstack-ckpt inspect DIR [--step N]      tree paths, shapes, dtypes, sizes, versions
-    jaxstack-ckpt verify DIR [--step N]       recompute content hashes (exit 1 if any is bad,
-                                              2 if DIR holds no checkpoint)
+    jaxstack-ckpt verify DIR [--step N]       recompute content hashes
     jaxstack-ckpt export-safetensors DIR OUT [--step N] [--subtree params|--all]
 
-Everything is read-only on DIR and safe while a job is writing to it.
+Everything is read-only on DIR and safe while a job is writing to it. Exit status: 1 when a
+listed or verified step is damaged; 2, with one line on stderr, when DIR is missing, is a file
+or holds no checkpoint (`step_NNNNNNNN` folders), or the step asked for is missing or unreadable.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from jaxstack.ckptlib._src.catalog import (
     read_manifest,
     verify_checkpoints,
 )
-from jaxstack.ckptlib._src.errors import Error
+from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 
 
 def _size(n: float) -> str:
@@ -39,8 +40,7 @@ def _size(n: float) -> str:
 def _ls(args: argparse.Namespace) -> int:
     infos = list_checkpoints(args.directory, verify=args.verify)
     if not infos:
-        print(missing_checkpoints_message(Path(args.directory)))
-        return 0
+        raise CheckpointNotFoundError(missing_checkpoints_message(Path(args.directory)))
     if args.verify:
         print("checked: every file's sha256 against the manifest")
     else:
@@ -63,7 +63,7 @@ def _ls(args: argparse.Namespace) -> int:
         print(f"{info.step:>10}  {status:8}  {_size(info.size_bytes):>10}  {created:19}  {metrics}")
         for problem in info.problems:
             print(f"{'':>12}{problem}")
-    return 1 if args.verify and not all(info.ok for info in infos) else 0
+    return 0 if all(info.ok for info in infos) else 1
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -110,9 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("ls", help="list checkpoints (checks sizes; --verify hashes)")
     p.add_argument("directory")
-    p.add_argument(
-        "--verify", action="store_true", help="recompute every file's hash (exit 1 if damaged)"
-    )
+    p.add_argument("--verify", action="store_true", help="recompute every file's hash")
     p.set_defaults(func=_ls)
     p = sub.add_parser("inspect", help="tree, shapes, dtypes, sizes of one checkpoint")
     p.add_argument("directory")

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from jaxstack.ckptlib._src import multihost, paths, restore, tree
+from jaxstack.ckptlib._src import catalog, multihost, paths, restore, tree
 from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 from jaxstack.ckptlib._src.manager import CheckpointManager
 from jaxstack.ckptlib._src.safetensors import NameMap, save_safetensors
@@ -73,9 +73,8 @@ def export_params(
     """
     if format not in ("safetensors", "orbax"):
         raise Error(f"format={format!r}: use 'safetensors' or 'orbax'")
-    directory = Path(os.fspath(directory))
-    if not directory.is_dir():
-        raise CheckpointNotFoundError(f"checkpoint directory {directory} does not exist")
+    directory = catalog.require_dir(directory)
+    catalog.require_steps(directory)
     manager = CheckpointManager(directory, read_only=True)
     try:
         restored = manager.restore(step, subtree=subtree)
