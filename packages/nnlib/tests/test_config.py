@@ -115,3 +115,73 @@ def test_hf_export_writes_qkv_bias_only_where_the_family_has_it():
         nnlib.get_preset("tiny-llama").replace(qkv_bias=True).to_hf_config()
     with pytest.raises(nnlib.ConfigError, match=r"qwen2.*qkv_bias=False"):
         nnlib.get_preset("tiny-qwen2").replace(qkv_bias=False).to_hf_config()
+
+
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "mixtral"])
+def test_bias_keys_that_transformers_ignores_load(family):
+    """qwen2 hard-codes q/k/v biases, mistral and mixtral no biases: the keys change nothing."""
+    d = nnlib.get_preset(f"tiny-{family}").to_hf_config()
+    want = nnlib.ModelConfig.from_hf_config(d)
+    assert nnlib.ModelConfig.from_hf_config(dict(d, attention_bias=True, mlp_bias=True)) == want
+    assert want.qkv_bias == (family == "qwen2")
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma", "gemma2"])
+def test_attention_bias_is_refused_in_one_sentence_where_it_adds_an_o_proj_bias(family):
+    d = dict(nnlib.get_preset(f"tiny-{family}").to_hf_config(), attention_bias=True)
+    with pytest.raises(nnlib.ConfigError) as info:
+        nnlib.ModelConfig.from_hf_config(d)
+    message = str(info.value)
+    assert message.count(". ") == 0 and f"attention_bias=true ({family})" in message
+    assert "o_proj bias" in message and "qwen2" not in message
+
+
+def test_missing_keys_take_the_defaults_of_transformers_config_class():
+    mistral = nnlib.get_preset("tiny-mistral").to_hf_config()
+    for key in ("sliding_window", "num_key_value_heads"):
+        del mistral[key]
+    c = nnlib.ModelConfig.from_hf_config(dict(mistral, num_attention_heads=16))
+    assert (c.sliding_window, c.num_kv_heads) == (4096, 8)  # MistralConfig's defaults
+
+    mixtral = nnlib.get_preset("tiny-mixtral").to_hf_config()
+    for key in ("rope_theta", "rms_norm_eps", "num_local_experts"):
+        del mixtral[key]
+    c = nnlib.ModelConfig.from_hf_config(dict(mixtral, num_experts=4))  # attribute_map alias
+    assert (c.rope_theta, c.norm_eps, c.num_experts) == (1e6, 1e-5, 4)
+
+    gemma2 = nnlib.get_preset("tiny-gemma2").to_hf_config()
+    for key in ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"):
+        del gemma2[key]
+    c = nnlib.ModelConfig.from_hf_config(gemma2)
+    assert (c.attn_logit_soft_cap, c.final_logit_soft_cap, c.query_pre_attn_scalar) == (
+        50.0,
+        30.0,
+        256,
+    )
+
+
+def test_export_writes_a_null_window_where_a_missing_key_would_mean_one():
+    c = nnlib.get_preset("tiny-mistral").replace(sliding_window=None)
+    d = c.to_hf_config()
+    assert d["sliding_window"] is None
+    assert nnlib.ModelConfig.from_hf_config(d) == c
+
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        ({"use_bidirectional_attention": True}, r"use_bidirectional_attention=true \(gemma\)"),
+        ({"partial_rotary_factor": 0.5}, r"partial_rotary_factor=0.5 rotates only part"),
+    ],
+)
+def test_settings_nnlib_cannot_run_are_refused(extra, match):
+    d = dict(nnlib.get_preset("tiny-gemma").to_hf_config(), **extra)
+    with pytest.raises(nnlib.ConfigError, match=match):
+        nnlib.ModelConfig.from_hf_config(d)
+
+
+def test_a_config_without_the_model_sizes_names_them():
+    d = nnlib.get_preset("tiny-llama").to_hf_config()
+    del d["hidden_size"], d["intermediate_size"]
+    with pytest.raises(nnlib.ConfigError, match=r"lacks \['hidden_size', 'intermediate_size'\]"):
+        nnlib.ModelConfig.from_hf_config(d)

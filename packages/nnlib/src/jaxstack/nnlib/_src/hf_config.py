@@ -22,6 +22,54 @@ _ARCHITECTURES = {
     "mixtral": "MixtralForCausalLM",
     "qwen3_moe": "Qwen3MoeForCausalLM",
 }
+# The families whose transformers modules read these flags (one flag for q, k, v and o_proj
+# alike); the others hard-code their biases and ignore the key: qwen2 always has q/k/v biases
+# and no o_proj bias, mistral and mixtral have none.
+_READS_ATTENTION_BIAS = frozenset({"llama", "qwen3", "qwen3_moe", "gemma", "gemma2"})
+_READS_MLP_BIAS = frozenset({"llama"})
+# What transformers' config class of each family assumes for a key that config.json leaves out,
+# where that differs from the fallbacks below (which are llama's); rope_theta is `_rope`'s.
+_HF_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mistral": {
+        "num_key_value_heads": 8,
+        "sliding_window": 4096,
+        "max_position_embeddings": 131072,
+    },
+    "mixtral": {
+        "num_key_value_heads": 8,
+        "rms_norm_eps": 1e-5,
+        "max_position_embeddings": 131072,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+    },
+    "qwen2": {"num_key_value_heads": 32, "max_position_embeddings": 32768},
+    "qwen3": {
+        "num_key_value_heads": 32,
+        "head_dim": 128,
+        "max_position_embeddings": 32768,
+        "sliding_window": 4096,
+    },
+    "gemma": {"num_key_value_heads": 16, "head_dim": 256, "max_position_embeddings": 8192},
+    "gemma2": {
+        "num_key_value_heads": 4,
+        "head_dim": 256,
+        "max_position_embeddings": 8192,
+        "sliding_window": 4096,
+        "query_pre_attn_scalar": 256,
+        "attn_logit_softcapping": 50.0,
+        "final_logit_softcapping": 30.0,
+    },
+}
+_HF_DEFAULT_ROPE_THETA = {"mixtral": 1e6}
+# Keys without which a config.json does not describe a checkpoint (transformers falls back to
+# its class defaults, the sizes of some 7B model).
+_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
 _ACTIVATIONS = {
     "silu": "silu",
     "swish": "silu",
@@ -31,9 +79,9 @@ _ACTIVATIONS = {
 }
 
 
-def _rope(d: Mapping[str, Any]) -> tuple[float, dict | None]:
+def _rope(d: Mapping[str, Any], family: str) -> tuple[float, dict | None]:
     params = d.get("rope_parameters") or {}
-    theta = d.get("rope_theta", params.get("rope_theta", 10000.0))
+    theta = d.get("rope_theta", params.get("rope_theta", _HF_DEFAULT_ROPE_THETA.get(family, 1e4)))
     scaling = d.get("rope_scaling") or {k: v for k, v in params.items() if k != "rope_theta"}
     kind = scaling.get("rope_type", scaling.get("type")) if scaling else None
     if kind in (None, "default"):
@@ -62,14 +110,41 @@ def _qwen3_sliding_window(d: Mapping[str, Any], family: str, num_layers: int) ->
     return {"sliding_window": window, "layer_types": tuple(types)}
 
 
+def _with_hf_defaults(d: Mapping[str, Any], family: str) -> dict[str, Any]:
+    """`d` completed as transformers completes it, or a ConfigError for what nnlib cannot run."""
+    missing = [k for k in _REQUIRED if k not in d]
+    if missing:
+        raise ConfigError(
+            f"config.json ({family}) lacks {missing}, so it does not say which model it holds"
+        )
+    if d.get("use_bidirectional_attention"):
+        raise ConfigError(
+            f"use_bidirectional_attention=true ({family}) makes every token attend to every "
+            "other, and nnlib's attention is causal only, so this checkpoint cannot be loaded"
+        )
+    if d.get("partial_rotary_factor", 1.0) != 1.0:
+        raise ConfigError(
+            f"partial_rotary_factor={d['partial_rotary_factor']} rotates only part of each head "
+            "in transformers, and nnlib's RoPE rotates all of it, so this checkpoint cannot be "
+            "loaded"
+        )
+    if family == "mixtral" and "num_local_experts" not in d and "num_experts" in d:
+        d = {**d, "num_local_experts": d["num_experts"]}  # MixtralConfig's attribute_map
+    return {**_HF_DEFAULTS.get(family, {}), **d}
+
+
 def config_from_hf(cls, d: Mapping[str, Any], overrides: Mapping[str, Any]):
     family = d.get("model_type")
     if family not in _ARCHITECTURES:
         raise ConfigError(
             f"model_type={family!r} is not supported; supported: {sorted(_ARCHITECTURES)}"
         )
-    if d.get("mlp_bias"):
-        raise ConfigError("mlp_bias=true is not supported by nnlib's MLP")
+    d = _with_hf_defaults(d, family)
+    if d.get("mlp_bias") and family in _READS_MLP_BIAS:
+        raise ConfigError(
+            f"mlp_bias=true ({family}) adds biases to gate/up/down_proj in transformers, which "
+            "nnlib's MLP does not have, so this checkpoint cannot be loaded"
+        )
     heads = d["num_attention_heads"]
     kw: dict[str, Any] = dict(
         family=family,
@@ -84,7 +159,7 @@ def config_from_hf(cls, d: Mapping[str, Any], overrides: Mapping[str, Any]):
         norm_eps=d.get("rms_norm_eps", 1e-6),
         tie_embeddings=bool(d.get("tie_word_embeddings", family in ("gemma", "gemma2"))),
     )
-    kw["rope_theta"], kw["rope_scaling"] = _rope(d)
+    kw["rope_theta"], kw["rope_scaling"] = _rope(d, family)
     stored = d.get("dtype") or d.get("torch_dtype")
     if stored in ("float32", "bfloat16", "float16"):
         kw["param_dtype"] = stored  # keep the checkpoint's precision (and memory footprint)
@@ -94,12 +169,10 @@ def config_from_hf(cls, d: Mapping[str, Any], overrides: Mapping[str, Any]):
     if act not in _ACTIVATIONS:
         raise ConfigError(f"activation {act!r} is not supported; supported: {sorted(_ACTIVATIONS)}")
     kw["activation"] = _ACTIVATIONS[act]
-    if d.get("attention_bias"):
-        # In HF llama-style attention the flag adds a bias to q, k, v AND o_proj.
+    if d.get("attention_bias") and family in _READS_ATTENTION_BIAS:
         raise ConfigError(
-            f"attention_bias=true ({family}) means biases on q/k/v and on o_proj; nnlib's "
-            "attention has no o_proj bias, so this checkpoint cannot be loaded (q/k/v-only "
-            "biases are model_type qwen2)"
+            f"attention_bias=true ({family}) adds biases to q/k/v and to o_proj in transformers, "
+            "and nnlib's attention has no o_proj bias, so this checkpoint cannot be loaded"
         )
     kw["qkv_bias"] = family == "qwen2"
     kw["qk_norm"] = family in ("qwen3", "qwen3_moe")
@@ -167,8 +240,8 @@ def config_to_hf(config) -> dict[str, Any]:
     act = {"silu": "silu", "gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}[c.activation]
     d["hidden_activation" if c.family.startswith("gemma") else "hidden_act"] = act
     d.update(_hf_attention_bias(c))
-    if c.sliding_window is not None:
-        d["sliding_window"] = c.sliding_window
+    if c.sliding_window is not None or "sliding_window" in _HF_DEFAULTS.get(c.family, {}):
+        d["sliding_window"] = c.sliding_window  # null, where a missing key means a window
     if c.layer_types is not None:
         d["layer_types"] = list(c.layer_types)
     if c.family in ("qwen3", "qwen3_moe"):
