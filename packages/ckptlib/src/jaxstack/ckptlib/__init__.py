@@ -30,6 +30,7 @@ from jaxstack.ckptlib._src.errors import (
 from jaxstack.ckptlib._src.interop import export_params, restore_orbax
 from jaxstack.ckptlib._src.manager import CheckpointManager, Restored
 from jaxstack.ckptlib._src.manifest import VerificationResult
+from jaxstack.ckptlib._src.multihost import agree_on_signal
 from jaxstack.ckptlib._src.preemption import PreemptionHandler, resume
 from jaxstack.ckptlib._src.safetensors import load_safetensors, save_safetensors
 
@@ -48,6 +49,7 @@ __all__ = [
     "Restored",
     "TargetMismatchError",
     "VerificationResult",
+    "agree_on_signal",
     "export_params",
     "list_checkpoints",
     "load_safetensors",

@@ -2,15 +2,19 @@
 
 Cloud schedulers send SIGTERM some seconds before they kill a job. Saving from inside a signal
 handler is unsafe (arrays may be mid-update, the handler can run between any two bytecodes), so
-the handler only sets a flag; the training loop checks `handler.requested` after each step,
-saves, waits, and exits.
+the handler only sets a flag; the training loop asks `handler.reached_sync_point(step)` after
+each step, and when it says so saves, waits, and exits.
 
     handler = PreemptionHandler().install()
     for step in range(start, total):
         state = train_step(state, batch)
-        if handler.requested:
+        if handler.reached_sync_point(step):
             mgr.save(step, state, data_state=it.get_state()); mgr.wait()
             break
+
+In a multi-process job the signal reaches the processes at different steps, or only one of
+them, while saving is collective; `reached_sync_point` answers the same on every process (see
+`multihost.agree_on_signal`), so they all save the same step.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import threading
 from collections.abc import Iterable
 from typing import Any
 
+from jaxstack.ckptlib._src import multihost
 from jaxstack.ckptlib._src.errors import CheckpointNotFoundError, Error
 
 
@@ -47,6 +52,21 @@ class PreemptionHandler:
     @property
     def installed(self) -> bool:
         return bool(self._previous)
+
+    def reached_sync_point(self, step: int) -> bool:
+        """Whether every process saves and stops after `step`: True on all of them as soon as
+        any one has received a signal.
+
+        Call it once per step on every process, after the same steps (in a multi-process job
+        it is a collective, and processes at different steps raise an Error). A process that
+        did not receive the signal adopts the one that arrived elsewhere: afterwards its
+        `requested` and `received_signal` say so too.
+        """
+        signum = multihost.agree_on_signal(self.received_signal, step)
+        if signum is not None and not self.requested:
+            self.received_signal = signum
+            self._event.set()
+        return signum is not None
 
     def _handle(self, signum: int, frame: Any) -> None:
         self.received_signal = signum
