@@ -9,6 +9,8 @@ with its output instead of being cut off by pytest.
 import json
 import os
 import pathlib
+import re
+import signal
 import socket
 import subprocess
 import sys
@@ -77,31 +79,47 @@ def _free_port() -> int:
 
 
 def _two_processes(
-    run_dir: pathlib.Path, steps: int, deadline: float, *extra: str
+    run_dir: pathlib.Path,
+    steps: int,
+    deadline: float,
+    signal_after: int | None = None,
+    mode: str | None = None,
 ) -> list[tuple[int, str]]:
-    """(status, output) of both workers. Another program may take the free port between
-    `_free_port` and the coordinator's bind; then the pair is started again on a new port."""
+    """(status, output) of both workers (`mode`: see the worker); with `signal_after`, SIGTERM
+    goes to process 1 alone once both have printed that step (each is then somewhere in a later
+    step, or saving). Another program may take the free port between `_free_port` and the
+    coordinator's bind; then the pair is started again on a new port."""
     worker = str(SCRIPTS / "multihost_worker.py")
+    logs = [run_dir.parent / f"{run_dir.name}.worker{i}.log" for i in range(2)]
+    extra = ["report"] if signal_after is not None else [mode] if mode else []
     for _attempt in range(3):
         port = _free_port()
-        procs = [
-            subprocess.Popen(
-                [sys.executable, worker, str(i), str(port), str(run_dir), str(steps), *extra],
-                env=_env(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                text=True,
-            )
-            for i in range(2)
-        ]
+        procs = []
+        for i, log in enumerate(logs):
+            with open(log, "w") as out:  # the child keeps its own copy
+                args = [worker, str(i), str(port), str(run_dir), str(steps), *extra]
+                procs.append(
+                    subprocess.Popen([sys.executable, *args], env=_env(), stdout=out, stderr=out)
+                )
         try:
-            outs = [p.communicate(timeout=_left(deadline))[0] for p in procs]
+            if signal_after is not None:
+                reached = f"STEP {signal_after}\n"
+                while not all(reached in log.read_text() for log in logs):
+                    if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.05)
+                else:
+                    procs[1].send_signal(signal.SIGTERM)
+            for p in procs:
+                p.wait(timeout=_left(deadline))
+        except subprocess.TimeoutExpired:
+            pass
         finally:
             for p in procs:  # a timeout or a failed sibling must not leave the other running
                 if p.poll() is None:
                     p.kill()
-                    p.communicate()
-        results = [(p.returncode, out) for p, out in zip(procs, outs, strict=True)]
+                p.wait()
+        results = [(p.returncode, log.read_text()) for p, log in zip(procs, logs, strict=True)]
         if not any("address already in use" in out.lower() for _, out in results):
             return results
     return results
@@ -153,17 +171,34 @@ def test_two_processes_match_one_process(tmp_path, deadline):
 def test_sigterm_to_one_process_stops_every_process_at_one_step_with_its_checkpoint(
     tmp_path, deadline
 ):
-    # Process 1 alone is told to stop after step 3. Saving is collective: if it saved and
-    # left while process 0 went on to step 4, both would wait for each other until killed.
-    results = _two_processes(tmp_path, 8, deadline, "3")
+    # SIGTERM reaches process 1 alone, at whatever point of a step it is. Saving is collective:
+    # if it saved and left while process 0 went on, both would wait for each other until killed.
+    results = _two_processes(tmp_path / "run", 30, deadline, signal_after=2)
+    stopped = []
     for i, (status, out) in enumerate(results):
-        assert status == 0, out[-3000:]
-        assert f"PROCESS {i} STOPPED by SIGTERM at step 3" in out, out[-3000:]
+        assert status == 143, out[-3000:]
+        stopped += re.findall(rf"^PROCESS {i} STOPPED by SIGTERM at step (\d+)$", out, re.M)
+    assert len(stopped) == 2 and stopped[0] == stopped[1], [out[-3000:] for _, out in results]
+    step = int(stopped[0])
+    assert step >= 3
     from jaxstack import ckptlib
 
-    with ckptlib.CheckpointManager(tmp_path / "checkpoints", read_only=True) as m:
-        assert m.all_steps() == [3]
-        assert m.restore().step == 3
+    with ckptlib.CheckpointManager(tmp_path / "run" / "checkpoints", read_only=True) as m:
+        assert m.latest_step() == step
+        assert m.restore().step == step
+
+
+@pytest.mark.multiprocess
+def test_sigterm_to_one_process_during_start_up_stops_every_process_before_the_first_step(
+    tmp_path, deadline
+):
+    # Before the first step there is nothing to save, but a process that left alone would
+    # leave the other waiting in the first step boundary's agreement.
+    results = _two_processes(tmp_path / "run", 30, deadline, mode="startup")
+    for i, (status, out) in enumerate(results):
+        assert status == 143, out[-3000:]
+        assert f"PROCESS {i} STOPPED by SIGTERM during start-up" in out, out[-3000:]
+        assert "STEP " not in out
 
 
 def test_sigkill_then_resume_is_bitwise_identical(tmp_path, deadline):

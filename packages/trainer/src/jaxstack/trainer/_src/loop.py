@@ -136,8 +136,11 @@ def _run(
     p.matmul_backend = s.matmul_backend or "default"
     p.trials = _trials(allocator_trial, p)
     save_on_stop = s.manager is not None and config.checkpoint.on_preemption
+    # Start-up ends: a signal that reached any process during it (or one whose `Stopped` Python
+    # swallowed) stops every process here, before the first step, with nothing new to save.
+    if STOP.agreed():
+        raise Stopped(STOP.signum)
     # From here a stop signal waits for the step boundary, where the step reached is saved.
-    STOP.raise_if_requested()
     STOP.deferred = STOP.deferred or save_on_stop
     try:
         _steps(config, s, log, tracker, callbacks, eval_step, p)

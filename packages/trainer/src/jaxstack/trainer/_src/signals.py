@@ -72,13 +72,6 @@ class StopSignals:
             sys.unraisablehook = _QuietStopped(sys.unraisablehook)
         return True
 
-    def raise_if_requested(self) -> None:
-        """Raises `Stopped` for a signal whose `Stopped` Python swallowed: a handler that runs
-        inside a finalizer or weakref callback (importlib's module locks during JAX's import)
-        cannot propagate. Called where start-up ends, before the first step."""
-        if self.signum is not None:
-            raise Stopped(self.signum)
-
     def uninstall(self) -> None:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
@@ -88,7 +81,11 @@ class StopSignals:
         """Whether any process of the run was asked to stop; every process must call it at the
         same step. Saving is collective: a process that saved and left alone while the others
         went on to the next step would leave them all waiting for each other. A signal one
-        process received is adopted by the rest, so all stop (and save) at the same step."""
+        process received is adopted by the rest, so all stop (and save) at the same step.
+
+        Also true for a signal whose `Stopped` Python swallowed: a handler that runs inside a
+        finalizer or weakref callback (importlib's module locks during JAX's import) cannot
+        propagate, so the loop asks here where start-up ends."""
         import jax  # not at module level: the CLI installs the handler before JAX loads
         import numpy as np
         from jax.experimental import multihost_utils
@@ -109,7 +106,7 @@ class StopSignals:
 
 class _QuietStopped:
     """`sys.unraisablehook` that drops a swallowed `Stopped` (its signal is kept in `STOP` and
-    raised again by `raise_if_requested`) instead of printing a traceback."""
+    raised again where start-up ends) instead of printing a traceback."""
 
     def __init__(self, previous: Any) -> None:
         self.previous = previous
