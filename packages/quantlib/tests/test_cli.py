@@ -150,3 +150,9 @@ def test_a_loaded_run_is_an_ordinary_mutable_model(run_dir):
     src = ql.load_run(run_dir)
     assert src.step == 2 and src.seq_len == 64
     assert nnlib.apply_lora(src.model, r"attn/q_proj$", rank=2) == ["layers/0/attn/q_proj"]
+
+
+def test_help_names_every_rules_preset():
+    from jaxstack.quantlib._src import cli
+
+    assert tuple(ql.PRESETS) == cli.PRESET_NAMES

@@ -136,3 +136,29 @@ def test_cli_refuses_unreadable_xplane_files_and_a_file_path_in_one_line(tmp_pat
     assert main(["report", str(good)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a file" in err and "--out" in err, err
+
+
+def test_without_matplotlib_the_report_keeps_its_tables_and_names_the_extra(tmp_path):
+    import subprocess
+    import sys
+
+    # matplotlib is the `plots` extra: a process that cannot import it still writes the report.
+    code = f"""
+import sys, warnings
+sys.modules["matplotlib"] = None
+import jax.numpy as jnp
+from jaxstack import xprof_lite
+peak = xprof_lite.DevicePeak("test", flops_per_s=1e11, bytes_per_s=1e10)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    paths = xprof_lite.report(lambda x: x @ x, jnp.ones((64, 64)), out_dir={str(tmp_path)!r},
+                              runs=1, peak=peak)
+print("WARNING", *[str(w.message) for w in caught])
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    html = (tmp_path / "report.html").read_text()
+    assert "data:image/png;base64," not in html
+    assert html.count("pip install &#x27;jaxstack-xprof-lite[plots]&#x27;") >= 2
+    assert "<table>" in html and (tmp_path / "report.md").is_file()
+    assert "has tables but no pictures" in done.stdout

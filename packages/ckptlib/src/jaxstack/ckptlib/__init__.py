@@ -8,54 +8,47 @@ with CheckpointManager("/tmp/run/ckpt", max_to_keep=3) as mgr:
     restored = mgr.restore(target=abstract_state)   # newest good step, target's shardings
 """
 
-from jaxstack.ckptlib._src.catalog import (
-    CheckpointInfo,
-    list_checkpoints,
-    read_manifest,
-    verify_checkpoints,
-)
-from jaxstack.ckptlib._src.damage import (
-    CheckpointDamagedWarning,
-    CheckpointFallbackWarning,
-    DamagedCheckpoint,
-)
-from jaxstack.ckptlib._src.errors import (
-    CheckpointExistsError,
-    CheckpointNotFoundError,
-    CheckpointSaveError,
-    CorruptCheckpointError,
-    Error,
-    TargetMismatchError,
-)
-from jaxstack.ckptlib._src.interop import export_params, restore_orbax
-from jaxstack.ckptlib._src.manager import CheckpointManager, Restored
-from jaxstack.ckptlib._src.manifest import VerificationResult
-from jaxstack.ckptlib._src.multihost import agree_on_signal
-from jaxstack.ckptlib._src.preemption import PreemptionHandler, resume
-from jaxstack.ckptlib._src.safetensors import load_safetensors, save_safetensors
+import importlib
+from typing import Any
 
-__all__ = [
-    "CheckpointDamagedWarning",
-    "CheckpointExistsError",
-    "CheckpointFallbackWarning",
-    "CheckpointInfo",
-    "CheckpointManager",
-    "CheckpointNotFoundError",
-    "CheckpointSaveError",
-    "CorruptCheckpointError",
-    "DamagedCheckpoint",
-    "Error",
-    "PreemptionHandler",
-    "Restored",
-    "TargetMismatchError",
-    "VerificationResult",
-    "agree_on_signal",
-    "export_params",
-    "list_checkpoints",
-    "load_safetensors",
-    "read_manifest",
-    "restore_orbax",
-    "resume",
-    "save_safetensors",
-    "verify_checkpoints",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.ckptlib, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "CheckpointInfo": "catalog",
+    "list_checkpoints": "catalog",
+    "read_manifest": "catalog",
+    "verify_checkpoints": "catalog",
+    "CheckpointDamagedWarning": "damage",
+    "CheckpointFallbackWarning": "damage",
+    "DamagedCheckpoint": "damage",
+    "CheckpointExistsError": "errors",
+    "CheckpointNotFoundError": "errors",
+    "CheckpointSaveError": "errors",
+    "CorruptCheckpointError": "errors",
+    "Error": "errors",
+    "TargetMismatchError": "errors",
+    "export_params": "interop",
+    "restore_orbax": "interop",
+    "CheckpointManager": "manager",
+    "Restored": "manager",
+    "VerificationResult": "manifest",
+    "agree_on_signal": "multihost",
+    "PreemptionHandler": "preemption",
+    "resume": "preemption",
+    "load_safetensors": "safetensors",
+    "save_safetensors": "safetensors",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

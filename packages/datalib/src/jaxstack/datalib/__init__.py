@@ -12,63 +12,56 @@ first-fit/concat/pad packing) turn them into the batch dict of the project's con
         state = it.get_state()      # small JSON dict; it.set_state(state) resumes exactly
 """
 
-from jaxstack.datalib._src import nojax as _nojax
+import importlib
+from typing import Any
 
-_nojax.import_grain_without_jax()
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.datalib, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "BPETokenizer": "bpe",
+    "ChatTemplate": "chat",
+    "ArrayRecordSource": "columnar",
+    "ParquetSource": "columnar",
+    "write_array_record": "columnar",
+    "VALIDATION_PERCENT": "corpus",
+    "DefaultCorpus": "corpus",
+    "default_corpus": "corpus",
+    "ConfigError": "errors",
+    "EmptySourceError": "errors",
+    "Error": "errors",
+    "SourceError": "errors",
+    "StateError": "errors",
+    "TokenizerError": "errors",
+    "LMBatchIterator": "iterator",
+    "mixture": "mixture",
+    "PACKING_METHODS": "pack",
+    "pack": "pack",
+    "rows_to_batch": "pack",
+    "lm_batches": "pipeline",
+    "lm_dataset": "pipeline",
+    "ShuffleShardMapDataset": "shuffle",
+    "InMemorySource": "sources",
+    "JsonlSource": "sources",
+    "TextSource": "sources",
+    "packing_efficiency": "stats",
+    "SplitLongExamples": "tokenize",
+    "split_long_examples": "tokenize",
+    "tokenize": "tokenize",
+    "ByteTokenizer": "tokenizer",
+    "Tokenizer": "tokenizer",
+    "tokenize_text": "tokenizer",
+}
 
-from jaxstack.datalib._src.bpe import BPETokenizer  # noqa: E402
-from jaxstack.datalib._src.chat import ChatTemplate  # noqa: E402
-from jaxstack.datalib._src.columnar import ArrayRecordSource, ParquetSource, write_array_record  # noqa: E402
-from jaxstack.datalib._src.corpus import VALIDATION_PERCENT, DefaultCorpus, default_corpus  # noqa: E402
-from jaxstack.datalib._src.errors import (  # noqa: E402
-    ConfigError,
-    EmptySourceError,
-    Error,
-    SourceError,
-    StateError,
-    TokenizerError,
-)
-from jaxstack.datalib._src.iterator import LMBatchIterator  # noqa: E402
-from jaxstack.datalib._src.mixture import mixture  # noqa: E402
-from jaxstack.datalib._src.pack import PACKING_METHODS, pack, rows_to_batch  # noqa: E402
-from jaxstack.datalib._src.pipeline import lm_batches, lm_dataset  # noqa: E402
-from jaxstack.datalib._src.shuffle import ShuffleShardMapDataset  # noqa: E402
-from jaxstack.datalib._src.sources import InMemorySource, JsonlSource, TextSource  # noqa: E402
-from jaxstack.datalib._src.stats import packing_efficiency  # noqa: E402
-from jaxstack.datalib._src.tokenize import SplitLongExamples, split_long_examples, tokenize  # noqa: E402
-from jaxstack.datalib._src.tokenizer import ByteTokenizer, Tokenizer, tokenize_text  # noqa: E402
+__all__ = sorted(_EXPORTS)
 
-__all__ = [
-    "PACKING_METHODS",
-    "VALIDATION_PERCENT",
-    "ArrayRecordSource",
-    "BPETokenizer",
-    "ByteTokenizer",
-    "ChatTemplate",
-    "ConfigError",
-    "DefaultCorpus",
-    "EmptySourceError",
-    "Error",
-    "InMemorySource",
-    "JsonlSource",
-    "LMBatchIterator",
-    "ParquetSource",
-    "ShuffleShardMapDataset",
-    "SourceError",
-    "SplitLongExamples",
-    "StateError",
-    "TextSource",
-    "Tokenizer",
-    "TokenizerError",
-    "default_corpus",
-    "lm_batches",
-    "lm_dataset",
-    "mixture",
-    "pack",
-    "packing_efficiency",
-    "rows_to_batch",
-    "split_long_examples",
-    "tokenize",
-    "tokenize_text",
-    "write_array_record",
-]
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

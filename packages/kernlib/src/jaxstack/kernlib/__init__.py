@@ -9,33 +9,41 @@ with a one-time log line saying why. On CPU it always runs `xla`.
     >>> out = kernlib.attention(q, k, v, segment_ids=segment_ids)  # nnlib's attention_fn
 """
 
-from jaxstack.kernlib._src.autotune import autotune
-from jaxstack.kernlib._src.errors import ConfigError, Error, TuningCacheError, UnsupportedError
-from jaxstack.kernlib._src.registry import OP_NAMES, implementations, which_implementation
-from jaxstack.kernlib._src.tuning import TuningCache, user_cache_path
-from jaxstack.kernlib.ops.attention.api import attention
-from jaxstack.kernlib.ops.grouped_matmul.api import grouped_matmul
-from jaxstack.kernlib.ops.quantized_matmul.api import quantized_matmul
-from jaxstack.kernlib.ops.quantized_matmul.base import dequantize, quantize
-from jaxstack.kernlib.ops.ragged_paged_attention.api import ragged_paged_attention
-from jaxstack.kernlib.ops.rms_norm.api import rms_norm
+import importlib
+from typing import Any
 
-__all__ = [
-    "OP_NAMES",
-    "ConfigError",
-    "Error",
-    "TuningCache",
-    "TuningCacheError",
-    "UnsupportedError",
-    "attention",
-    "autotune",
-    "dequantize",
-    "grouped_matmul",
-    "implementations",
-    "quantize",
-    "quantized_matmul",
-    "ragged_paged_attention",
-    "rms_norm",
-    "user_cache_path",
-    "which_implementation",
-]
+# public name -> the module (under the package) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.kernlib, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "autotune": "_src.autotune",
+    "ConfigError": "_src.errors",
+    "Error": "_src.errors",
+    "TuningCacheError": "_src.errors",
+    "UnsupportedError": "_src.errors",
+    "OP_NAMES": "_src.registry",
+    "implementations": "_src.registry",
+    "which_implementation": "_src.registry",
+    "TuningCache": "_src.tuning",
+    "user_cache_path": "_src.tuning",
+    "attention": "ops.attention.api",
+    "grouped_matmul": "ops.grouped_matmul.api",
+    "quantized_matmul": "ops.quantized_matmul.api",
+    "dequantize": "ops.quantized_matmul.base",
+    "quantize": "ops.quantized_matmul.base",
+    "ragged_paged_attention": "ops.ragged_paged_attention.api",
+    "rms_norm": "ops.rms_norm.api",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -9,93 +9,68 @@ interop.
     logits, _ = apply(params, tokens, positions, segment_ids)
 """
 
-from jaxstack.nnlib._src.attention import Attention
-from jaxstack.nnlib._src.attention_fn import AttentionFn, dot_product_attention
-from jaxstack.nnlib._src.block import Block
-from jaxstack.nnlib._src.cache import ContiguousKVCache, KVCache
-from jaxstack.nnlib._src.config import ModelConfig
-from jaxstack.nnlib._src.dense import Dense
-from jaxstack.nnlib._src.errors import (
-    CacheError,
-    CheckpointMismatchError,
-    ConfigError,
-    Error,
-    SurgeryError,
-)
-from jaxstack.nnlib._src.flops import training_flops_per_token
-from jaxstack.nnlib._src.functional import as_function
-from jaxstack.nnlib._src.generate import generate
-from jaxstack.nnlib._src.hf_io import load_hf_checkpoint, load_hf_weights, save_hf_checkpoint
-from jaxstack.nnlib._src.lora import (
-    apply_lora,
-    load_lora,
-    lora_state,
-    merge_lora,
-    save_lora,
-    set_lora_dropout_rng,
-    unmerge_lora,
-)
-from jaxstack.nnlib._src.lora_module import LoRA
-from jaxstack.nnlib._src.mlp import GatedMLP
-from jaxstack.nnlib._src.moe import MoE
-from jaxstack.nnlib._src.norm import RMSNorm
-from jaxstack.nnlib._src.paths import param_path
-from jaxstack.nnlib._src.presets import get_preset, list_presets
-from jaxstack.nnlib._src.rope import apply_rope, inverse_frequencies
-from jaxstack.nnlib._src.sharding import logical_axes, partition_specs
-from jaxstack.nnlib._src.surgery import (
-    Frozen,
-    freeze,
-    init_from,
-    iter_modules,
-    replace_module,
-    unfreeze,
-)
-from jaxstack.nnlib._src.transformer import Transformer
+import importlib
+from typing import Any
 
-__all__ = [
-    "Attention",
-    "AttentionFn",
-    "Block",
-    "CacheError",
-    "CheckpointMismatchError",
-    "ConfigError",
-    "ContiguousKVCache",
-    "Dense",
-    "Error",
-    "Frozen",
-    "GatedMLP",
-    "KVCache",
-    "LoRA",
-    "MoE",
-    "ModelConfig",
-    "RMSNorm",
-    "SurgeryError",
-    "Transformer",
-    "apply_lora",
-    "apply_rope",
-    "as_function",
-    "dot_product_attention",
-    "freeze",
-    "generate",
-    "get_preset",
-    "init_from",
-    "inverse_frequencies",
-    "iter_modules",
-    "list_presets",
-    "load_hf_checkpoint",
-    "load_hf_weights",
-    "load_lora",
-    "logical_axes",
-    "lora_state",
-    "merge_lora",
-    "param_path",
-    "partition_specs",
-    "replace_module",
-    "save_hf_checkpoint",
-    "save_lora",
-    "set_lora_dropout_rng",
-    "training_flops_per_token",
-    "unfreeze",
-    "unmerge_lora",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.nnlib, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "Attention": "attention",
+    "AttentionFn": "attention_fn",
+    "dot_product_attention": "attention_fn",
+    "Block": "block",
+    "ContiguousKVCache": "cache",
+    "KVCache": "cache",
+    "ModelConfig": "config",
+    "Dense": "dense",
+    "CacheError": "errors",
+    "CheckpointMismatchError": "errors",
+    "ConfigError": "errors",
+    "Error": "errors",
+    "SurgeryError": "errors",
+    "training_flops_per_token": "flops",
+    "as_function": "functional",
+    "generate": "generate",
+    "load_hf_checkpoint": "hf_io",
+    "load_hf_weights": "hf_io",
+    "save_hf_checkpoint": "hf_io",
+    "apply_lora": "lora",
+    "load_lora": "lora",
+    "lora_state": "lora",
+    "merge_lora": "lora",
+    "save_lora": "lora",
+    "set_lora_dropout_rng": "lora",
+    "unmerge_lora": "lora",
+    "LoRA": "lora_module",
+    "GatedMLP": "mlp",
+    "MoE": "moe",
+    "RMSNorm": "norm",
+    "param_path": "paths",
+    "get_preset": "presets",
+    "list_presets": "presets",
+    "apply_rope": "rope",
+    "inverse_frequencies": "rope",
+    "logical_axes": "sharding",
+    "partition_specs": "sharding",
+    "Frozen": "surgery",
+    "freeze": "surgery",
+    "init_from": "surgery",
+    "iter_modules": "surgery",
+    "replace_module": "surgery",
+    "unfreeze": "surgery",
+    "Transformer": "transformer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

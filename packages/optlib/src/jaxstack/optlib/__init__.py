@@ -13,48 +13,45 @@ Parameters are addressed by `/`-joined paths (`layers/0/attn/q_proj/kernel`) of 
 dict or a Flax NNX State alike; masks, multipliers and frozen sets are regexes over them.
 """
 
-from jaxstack.optlib._src.build import build_optimizer, scale_by_path_multipliers
-from jaxstack.optlib._src.chunked_loss import chunked_cross_entropy_loss
-from jaxstack.optlib._src.config import (
-    DEFAULT_MUON_EXCLUDE,
-    DEFAULT_NO_DECAY,
-    OPTIMIZERS,
-    SCHEDULES,
-    OptimizerConfig,
-    ScheduleConfig,
-)
-from jaxstack.optlib._src.ema import ParamEmaState, param_ema
-from jaxstack.optlib._src.errors import ConfigError, Error, UnmatchedRegexWarning
-from jaxstack.optlib._src.losses import cross_entropy_loss
-from jaxstack.optlib._src.paths import param_paths
-from jaxstack.optlib._src.schedules import build_schedule
-from jaxstack.optlib._src.state import (
-    current_learning_rate,
-    ema_params,
-    nonfinite_count,
-    schedule_free_eval_params,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "DEFAULT_MUON_EXCLUDE",
-    "DEFAULT_NO_DECAY",
-    "OPTIMIZERS",
-    "SCHEDULES",
-    "ConfigError",
-    "Error",
-    "OptimizerConfig",
-    "ParamEmaState",
-    "ScheduleConfig",
-    "UnmatchedRegexWarning",
-    "build_optimizer",
-    "build_schedule",
-    "chunked_cross_entropy_loss",
-    "cross_entropy_loss",
-    "current_learning_rate",
-    "ema_params",
-    "nonfinite_count",
-    "param_ema",
-    "param_paths",
-    "scale_by_path_multipliers",
-    "schedule_free_eval_params",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.optlib, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "build_optimizer": "build",
+    "scale_by_path_multipliers": "build",
+    "chunked_cross_entropy_loss": "chunked_loss",
+    "DEFAULT_MUON_EXCLUDE": "config",
+    "DEFAULT_NO_DECAY": "config",
+    "OPTIMIZERS": "config",
+    "SCHEDULES": "config",
+    "OptimizerConfig": "config",
+    "ScheduleConfig": "config",
+    "ParamEmaState": "ema",
+    "param_ema": "ema",
+    "ConfigError": "errors",
+    "Error": "errors",
+    "UnmatchedRegexWarning": "errors",
+    "cross_entropy_loss": "losses",
+    "param_paths": "paths",
+    "build_schedule": "schedules",
+    "current_learning_rate": "state",
+    "ema_params": "state",
+    "nonfinite_count": "state",
+    "schedule_free_eval_params": "state",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

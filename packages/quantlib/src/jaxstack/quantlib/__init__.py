@@ -12,48 +12,51 @@ ql.PtqProvider(rules))`. QLoRA: PTQ with `nf4`/`int4`, then `nnlib.apply_lora` a
 the adapters. See docs/quantlib.md.
 """
 
-from jaxstack.quantlib._src.errors import Error, QuantWarning, RuleError, SourceError
-from jaxstack.quantlib._src.evaluate import perplexity, validation_batches
-from jaxstack.quantlib._src.intercept import ActScale, QuantizedWeight
-from jaxstack.quantlib._src.matmul import quantized_matmul
-from jaxstack.quantlib._src.qtypes import QTYPES
-from jaxstack.quantlib._src.quantize import PtqProvider, QatProvider, quantize, weight_bytes
-from jaxstack.quantlib._src.rules import PRESETS, QuantRule, load_rules, match_rules
-from jaxstack.quantlib._src.source import Source, load_run
-from jaxstack.quantlib._src.store import export_safetensors, load_quantized, save_quantized
-from jaxstack.quantlib._src.tensor import (
-    QuantizedTensor,
-    fake_quantize,
-    fake_quantize_activation,
-    quantize_tensor,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "PRESETS",
-    "QTYPES",
-    "ActScale",
-    "Error",
-    "PtqProvider",
-    "QatProvider",
-    "QuantRule",
-    "QuantWarning",
-    "QuantizedTensor",
-    "QuantizedWeight",
-    "RuleError",
-    "Source",
-    "SourceError",
-    "export_safetensors",
-    "fake_quantize",
-    "fake_quantize_activation",
-    "load_quantized",
-    "load_rules",
-    "load_run",
-    "match_rules",
-    "perplexity",
-    "quantize",
-    "quantize_tensor",
-    "quantized_matmul",
-    "save_quantized",
-    "validation_batches",
-    "weight_bytes",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.quantlib, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "Error": "errors",
+    "QuantWarning": "errors",
+    "RuleError": "errors",
+    "SourceError": "errors",
+    "perplexity": "evaluate",
+    "validation_batches": "evaluate",
+    "ActScale": "intercept",
+    "QuantizedWeight": "intercept",
+    "quantized_matmul": "matmul",
+    "QTYPES": "qtypes",
+    "PtqProvider": "quantize",
+    "QatProvider": "quantize",
+    "quantize": "quantize",
+    "weight_bytes": "quantize",
+    "PRESETS": "rules",
+    "QuantRule": "rules",
+    "load_rules": "rules",
+    "match_rules": "rules",
+    "Source": "source",
+    "load_run": "source",
+    "export_safetensors": "store",
+    "load_quantized": "store",
+    "save_quantized": "store",
+    "QuantizedTensor": "tensor",
+    "fake_quantize": "tensor",
+    "fake_quantize_activation": "tensor",
+    "quantize_tensor": "tensor",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -13,83 +13,67 @@ mesh `roles.<role>` names. The objectives are pure functions (`dpo_loss`, `orpo_
 `grpo_loss`, `group_advantages`, `gae`, `ppo_loss`). See docs/rl.md.
 """
 
-from jaxstack.rl._src import arithmetic
-from jaxstack.rl._src.cli import main
-from jaxstack.rl._src.config import (
-    ALGORITHMS,
-    DpoSection,
-    GrpoSection,
-    InitSection,
-    LoraSection,
-    OrpoSection,
-    PpoSection,
-    RLConfig,
-    RolePlacement,
-    RolesSection,
-    RolloutSection,
-    SftSection,
-    list_presets,
-    load_config,
-)
-from jaxstack.rl._src.encode import DEFAULT_CHAT_TEMPLATE
-from jaxstack.rl._src.errors import ConfigError, Error, RecordError, RewardError
-from jaxstack.rl._src.logprobs import sequence_logprobs, token_logprobs
-from jaxstack.rl._src.losses import dpo_loss, gae, group_advantages, grpo_loss, orpo_loss, ppo_loss
-from jaxstack.rl._src.online import grpo, ppo
-from jaxstack.rl._src.preference import dpo, orpo
-from jaxstack.rl._src.recipe import run_arithmetic
-from jaxstack.rl._src.records import (
-    PreferenceRecord,
-    SftRecord,
-    read_preference_records,
-    read_prompts,
-    read_sft_records,
-)
-from jaxstack.rl._src.rewards import Reward
-from jaxstack.rl._src.run import RunResult
-from jaxstack.rl._src.sft import sft
+import importlib
+from typing import Any
 
-__all__ = [
-    "ALGORITHMS",
-    "DEFAULT_CHAT_TEMPLATE",
-    "ConfigError",
-    "DpoSection",
-    "Error",
-    "GrpoSection",
-    "InitSection",
-    "LoraSection",
-    "OrpoSection",
-    "PpoSection",
-    "PreferenceRecord",
-    "RLConfig",
-    "RecordError",
-    "Reward",
-    "RewardError",
-    "RolePlacement",
-    "RolesSection",
-    "RolloutSection",
-    "RunResult",
-    "SftRecord",
-    "SftSection",
-    "arithmetic",
-    "dpo",
-    "dpo_loss",
-    "gae",
-    "group_advantages",
-    "grpo",
-    "grpo_loss",
-    "list_presets",
-    "load_config",
-    "main",
-    "orpo",
-    "orpo_loss",
-    "ppo",
-    "ppo_loss",
-    "read_preference_records",
-    "read_prompts",
-    "read_sft_records",
-    "run_arithmetic",
-    "sequence_logprobs",
-    "sft",
-    "token_logprobs",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.rl, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "arithmetic": "arithmetic",
+    "main": "cli",
+    "ALGORITHMS": "config",
+    "DpoSection": "config",
+    "GrpoSection": "config",
+    "InitSection": "config",
+    "LoraSection": "config",
+    "OrpoSection": "config",
+    "PpoSection": "config",
+    "RLConfig": "config",
+    "RolePlacement": "config",
+    "RolesSection": "config",
+    "RolloutSection": "config",
+    "SftSection": "config",
+    "list_presets": "config",
+    "load_config": "config",
+    "DEFAULT_CHAT_TEMPLATE": "encode",
+    "ConfigError": "errors",
+    "Error": "errors",
+    "RecordError": "errors",
+    "RewardError": "errors",
+    "sequence_logprobs": "logprobs",
+    "token_logprobs": "logprobs",
+    "dpo_loss": "losses",
+    "gae": "losses",
+    "group_advantages": "losses",
+    "grpo_loss": "losses",
+    "orpo_loss": "losses",
+    "ppo_loss": "losses",
+    "grpo": "online",
+    "ppo": "online",
+    "dpo": "preference",
+    "orpo": "preference",
+    "run_arithmetic": "recipe",
+    "PreferenceRecord": "records",
+    "SftRecord": "records",
+    "read_preference_records": "records",
+    "read_prompts": "records",
+    "read_sft_records": "records",
+    "Reward": "rewards",
+    "RunResult": "run",
+    "sft": "sft",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}")
+    value = module if name == "arithmetic" else getattr(module, name)  # a public module
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

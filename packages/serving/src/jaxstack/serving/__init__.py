@@ -6,57 +6,53 @@ StableHLO artifact, `load_artifact` it back (hash-checked), and serve a reposito
 the `jaxstack-serve-models` command). The LLM engine will live beside it.
 """
 
-from jaxstack.serving._src.errors import (
-    ArtifactError,
-    ConfigError,
-    Error,
-    ExportError,
-    InvalidInputError,
-    ModelNotFoundError,
-    QueueFullError,
-    ServerBusyError,
-)
-from jaxstack.serving._src.llm.engine import EngineConfig, LLMEngine
-from jaxstack.serving._src.llm.llm import LLM
-from jaxstack.serving._src.llm.outputs import CompletionOutput, RequestOutput
-from jaxstack.serving._src.llm.sampling_params import SamplingParams
-from jaxstack.serving._src.models.batcher import BatchStats, DynamicBatcher
-from jaxstack.serving._src.models.cli import serve
-from jaxstack.serving._src.models.export import export
-from jaxstack.serving._src.models.http import create_app
-from jaxstack.serving._src.models.load import Artifact, Signature, TensorSpec, load_artifact
-from jaxstack.serving._src.models.metrics import ServingMetrics
-from jaxstack.serving._src.models.repository import ModelConfig, RepositoryConfig, VersionPolicy
-from jaxstack.serving._src.models.server import LoadedVersion, ModelServer
+import importlib
+from typing import Any
 
-__all__ = [
-    "LLM",
-    "Artifact",
-    "ArtifactError",
-    "BatchStats",
-    "CompletionOutput",
-    "ConfigError",
-    "DynamicBatcher",
-    "EngineConfig",
-    "Error",
-    "ExportError",
-    "InvalidInputError",
-    "LLMEngine",
-    "LoadedVersion",
-    "ModelConfig",
-    "ModelNotFoundError",
-    "ModelServer",
-    "QueueFullError",
-    "RepositoryConfig",
-    "RequestOutput",
-    "SamplingParams",
-    "ServerBusyError",
-    "ServingMetrics",
-    "Signature",
-    "TensorSpec",
-    "VersionPolicy",
-    "create_app",
-    "export",
-    "load_artifact",
-    "serve",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.serving, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "ArtifactError": "errors",
+    "ConfigError": "errors",
+    "Error": "errors",
+    "ExportError": "errors",
+    "InvalidInputError": "errors",
+    "ModelNotFoundError": "errors",
+    "QueueFullError": "errors",
+    "ServerBusyError": "errors",
+    "EngineConfig": "llm.engine",
+    "LLMEngine": "llm.engine",
+    "LLM": "llm.llm",
+    "CompletionOutput": "llm.outputs",
+    "RequestOutput": "llm.outputs",
+    "SamplingParams": "llm.sampling_params",
+    "BatchStats": "models.batcher",
+    "DynamicBatcher": "models.batcher",
+    "serve": "models.cli",
+    "export": "models.export",
+    "create_app": "models.http",
+    "Artifact": "models.load",
+    "Signature": "models.load",
+    "TensorSpec": "models.load",
+    "load_artifact": "models.load",
+    "ServingMetrics": "models.metrics",
+    "ModelConfig": "models.repository",
+    "RepositoryConfig": "models.repository",
+    "VersionPolicy": "models.repository",
+    "LoadedVersion": "models.server",
+    "ModelServer": "models.server",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

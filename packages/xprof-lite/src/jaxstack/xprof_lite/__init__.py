@@ -12,101 +12,71 @@ points = xprof_lite.roofline(prof, xprof_lite.device_peak())
 xprof_lite.report(train_step, state, batch, out_dir="/tmp/prof-report")
 """
 
-from jaxstack.xprof_lite._src.annotate import (
-    CHECKPOINT,
-    COMPILE,
-    DATA_WAIT,
-    StepTraceAnnotation,
-    host_event,
-    step_annotation,
-)
-from jaxstack.xprof_lite._src.capture import Capture, save_hlo, trace
-from jaxstack.xprof_lite._src.cost import CATEGORIES
-from jaxstack.xprof_lite._src.errors import Error
-from jaxstack.xprof_lite._src.machine import (
-    HOST_ALLOCATORS,
-    HostAllocatorTrial,
-    HostCPU,
-    SettingTrial,
-    choose_host_allocator,
-    host_cpu,
-    set_host_allocator,
-)
-from jaxstack.xprof_lite._src.memory import (
-    LiveArray,
-    compiled_memory,
-    live_arrays,
-    live_bytes_by_origin,
-    peak_memory_per_step,
-)
-from jaxstack.xprof_lite._src.op_profile import (
-    OpProfile,
-    OpStat,
-    analyze_hlo,
-    op_profile,
-    profile_from_trace,
-)
-from jaxstack.xprof_lite._src.peak import (
-    SPEC_TABLE,
-    DevicePeak,
-    SpecRow,
-    device_peak,
-    measure_matmul_flops,
-    measure_peak,
-    spec_peak,
-)
-from jaxstack.xprof_lite._src.report import Report, report, report_logdir
-from jaxstack.xprof_lite._src.roofline import RooflinePoint, roofline
-from jaxstack.xprof_lite._src.steps import StepBreakdown, step_breakdown, step_windows
-from jaxstack.xprof_lite._src.tracefile import hlo_op_times
-from jaxstack.xprof_lite._src.tracefile import load as load_trace
-from jaxstack.xprof_lite._src.window import StepWindowProfiler
+import importlib
+from typing import Any
 
-__all__ = [
-    "CATEGORIES",
-    "CHECKPOINT",
-    "COMPILE",
-    "DATA_WAIT",
-    "HOST_ALLOCATORS",
-    "SPEC_TABLE",
-    "Capture",
-    "DevicePeak",
-    "Error",
-    "HostAllocatorTrial",
-    "HostCPU",
-    "LiveArray",
-    "OpProfile",
-    "OpStat",
-    "Report",
-    "RooflinePoint",
-    "SettingTrial",
-    "SpecRow",
-    "StepBreakdown",
-    "StepTraceAnnotation",
-    "StepWindowProfiler",
-    "analyze_hlo",
-    "choose_host_allocator",
-    "compiled_memory",
-    "device_peak",
-    "hlo_op_times",
-    "host_cpu",
-    "host_event",
-    "live_arrays",
-    "live_bytes_by_origin",
-    "load_trace",
-    "measure_matmul_flops",
-    "measure_peak",
-    "op_profile",
-    "peak_memory_per_step",
-    "profile_from_trace",
-    "report",
-    "report_logdir",
-    "roofline",
-    "save_hlo",
-    "set_host_allocator",
-    "spec_peak",
-    "step_annotation",
-    "step_breakdown",
-    "step_windows",
-    "trace",
-]
+# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
+# so that importing jaxstack.xprof_lite, or a command's --help, does not import JAX.
+_EXPORTS = {
+    "CHECKPOINT": "annotate",
+    "COMPILE": "annotate",
+    "DATA_WAIT": "annotate",
+    "StepTraceAnnotation": "annotate",
+    "host_event": "annotate",
+    "step_annotation": "annotate",
+    "Capture": "capture",
+    "save_hlo": "capture",
+    "trace": "capture",
+    "CATEGORIES": "cost",
+    "Error": "errors",
+    "HOST_ALLOCATORS": "machine",
+    "HostAllocatorTrial": "machine",
+    "HostCPU": "machine",
+    "SettingTrial": "machine",
+    "choose_host_allocator": "machine",
+    "host_cpu": "machine",
+    "set_host_allocator": "machine",
+    "LiveArray": "memory",
+    "compiled_memory": "memory",
+    "live_arrays": "memory",
+    "live_bytes_by_origin": "memory",
+    "peak_memory_per_step": "memory",
+    "OpProfile": "op_profile",
+    "OpStat": "op_profile",
+    "analyze_hlo": "op_profile",
+    "op_profile": "op_profile",
+    "profile_from_trace": "op_profile",
+    "SPEC_TABLE": "peak",
+    "DevicePeak": "peak",
+    "SpecRow": "peak",
+    "device_peak": "peak",
+    "measure_matmul_flops": "peak",
+    "measure_peak": "peak",
+    "spec_peak": "peak",
+    "Report": "report",
+    "report": "report",
+    "report_logdir": "report",
+    "RooflinePoint": "roofline",
+    "roofline": "roofline",
+    "StepBreakdown": "steps",
+    "step_breakdown": "steps",
+    "step_windows": "steps",
+    "hlo_op_times": "tracefile",
+    "load_trace": "tracefile:load",
+    "StepWindowProfiler": "window",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module, _, attribute = _EXPORTS[name].partition(":")  # "module:attribute" when renamed
+    value = getattr(importlib.import_module(f"{__name__}._src.{module}"), attribute or name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

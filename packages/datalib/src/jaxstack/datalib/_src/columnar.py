@@ -27,7 +27,7 @@ class ArrayRecordSource:
     """
 
     def __init__(self, paths, *, field: str | None = None, on_error: badrecords.OnError = "raise"):
-        import grain
+        from jaxstack.datalib._src.nojax import grain
 
         self.paths = resolve_paths(paths)
         for path in self.paths:

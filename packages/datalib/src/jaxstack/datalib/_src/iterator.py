@@ -12,11 +12,11 @@ import hashlib
 import json
 from typing import Any
 
-import grain
 import numpy as np
 
 from jaxstack.datalib._src import workers
 from jaxstack.datalib._src.errors import StateError
+from jaxstack.datalib._src.nojax import grain
 
 STATE_VERSION = 1
 

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import grain
-
 from jaxstack.datalib._src.errors import ConfigError, EmptySourceError
+from jaxstack.datalib._src.nojax import grain
 
 
 def mixture(

@@ -7,6 +7,10 @@ to None so those imports fall back to Grain's pure-Python paths; the entry is re
 so the user's own `import jax` works as usual. Nothing is blocked when JAX or Grain is already
 loaded (then the choice was made elsewhere).
 
+Every datalib module that builds pipelines takes `grain` from here (`from
+jaxstack.datalib._src.nojax import grain`), so the first of them to load decides, and a missing
+Grain (the `grain` extra) is one clear error. Tokenizers and chat templates need no Grain.
+
 Worker processes are started with "spawn" and import Grain before any user code. `mark_children`
 puts a marker into the multiprocessing config that every spawned child unpickles before its
 target, and unpickling it imports this module first, so workers load Grain without JAX too.
@@ -40,7 +44,19 @@ _GRAIN_LAZY_MODULES = (
 )
 
 
+GRAIN_MISSING = (
+    "datalib's input pipelines (lm_batches, pack, mixture, ...) need Grain: "
+    "pip install 'jaxstack-datalib[grain]'"
+)
+
+
 def _import_all() -> None:
+    try:
+        importlib.import_module("grain")
+    except ModuleNotFoundError as e:
+        if e.name != "grain":
+            raise
+        raise ModuleNotFoundError(GRAIN_MISSING, name="grain") from None
     for name in _GRAIN_MODULES:
         importlib.import_module(name)
     for name in _GRAIN_LAZY_MODULES:
@@ -86,3 +102,7 @@ def mark_children() -> None:
     """Make processes spawned from now on import Grain without JAX (see module docstring)."""
     config = multiprocessing.current_process()._config
     config.setdefault("jaxstack_datalib_nojax", _ChildMarker())
+
+
+import_grain_without_jax()
+import grain as grain  # noqa: E402  (re-exported for datalib's modules; loaded just above)

@@ -16,10 +16,10 @@ exactly where a real target is to be learned.
 
 from __future__ import annotations
 
-import grain
 import numpy as np
 
 from jaxstack.datalib._src.errors import ConfigError
+from jaxstack.datalib._src.nojax import grain
 from jaxstack.datalib._src.tokenize import LEARN, TARGET, TOKEN, split_long_examples
 
 PACKING_METHODS = ("first_fit", "concat", "pad")

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import grain
-
 from jaxstack.datalib._src import workers
 from jaxstack.datalib._src.errors import ConfigError, EmptySourceError
 from jaxstack.datalib._src.iterator import LMBatchIterator
+from jaxstack.datalib._src.nojax import grain
 from jaxstack.datalib._src.pack import DEFAULT_PACKING_BINS, pack, rows_to_batch
 from jaxstack.datalib._src.shuffle import ShuffleShardMapDataset
 from jaxstack.datalib._src.tokenize import tokenize

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import sys
 
-import grain
-from grain.experimental import index_shuffle
-
 from jaxstack.datalib._src.errors import ConfigError
+from jaxstack.datalib._src.nojax import grain
 
 
 class ShuffleShardMapDataset(grain.MapDataset):
@@ -71,7 +69,7 @@ class ShuffleShardMapDataset(grain.MapDataset):
         if not self._shuffle:
             return position
         return int(
-            index_shuffle(
+            grain.experimental.index_shuffle(
                 position, max_index=self._n - 1, seed=(self._seed + epoch) % 2**32, rounds=4
             )
         )

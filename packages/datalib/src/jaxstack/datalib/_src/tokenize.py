@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import grain
 import numpy as np
 
 from jaxstack.datalib._src.errors import ConfigError
+from jaxstack.datalib._src.nojax import grain
 from jaxstack.datalib._src.tokenizer import Tokenizer, tokenize_text
 
 TOKEN, TARGET, LEARN = 0, 1, 2

@@ -20,9 +20,8 @@ import threading
 import weakref
 from typing import Protocol
 
-import grain
-
 from jaxstack.datalib._src import nojax
+from jaxstack.datalib._src.nojax import grain
 
 
 class _Closable(Protocol):

@@ -13,7 +13,8 @@ import json
 import sys
 from pathlib import Path
 
-from jaxstack.kernlib._src import autotune, device, registry, tuning
+# JAX loads inside the commands that run kernels, so --help and `show` answer at once.
+from jaxstack.kernlib._src import registry, tuning
 from jaxstack.kernlib._src.errors import ConfigError
 
 
@@ -32,6 +33,8 @@ def _cache(args) -> tuning.TuningCache:
 
 
 def _autotune(args) -> int:
+    from jaxstack.kernlib._src import autotune
+
     ops = registry.OP_NAMES if args.op == "all" else (args.op,)
     impls = args.implementations.split(",") if args.implementations else None
     for op in ops:
@@ -69,7 +72,7 @@ def _show(args) -> int:
 def _which(args) -> int:
     op = registry.api_module(args.op).OP
     example_args, options = op.example(parse_dims(args.dims), args.dtype)
-    from jaxstack.kernlib._src import dispatch
+    from jaxstack.kernlib._src import device, dispatch
 
     impl, cfg = dispatch.select(op, None, example_args, options, cache=_cache(args))
     print(

@@ -19,12 +19,12 @@ import warnings
 from collections.abc import Sequence
 
 from jaxstack import ckptlib, datalib
-from jaxstack.quantlib._src import evaluate, source, store
 from jaxstack.quantlib._src.errors import Error, SourceError
-from jaxstack.quantlib._src.quantize import PtqProvider, quantize, weight_bytes
-from jaxstack.quantlib._src.rules import PRESETS, load_rules
 
 PROG = "jaxstack-quant"
+# The keys of rules.PRESETS, named here so that --help answers without importing JAX (rules.py
+# builds the presets with JAX); a test keeps the two the same.
+PRESET_NAMES = ("int8", "w8a8", "int4", "nf4")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     ptq = sub.add_parser("ptq", help="quantise a run directory or checkpoint")
     ptq.add_argument("source", help="a jaxstack-train run directory or ckptlib checkpoint dir")
     ptq.add_argument(
-        "--rules", required=True, help=f"a preset ({', '.join(PRESETS)}) or a YAML rules file"
+        "--rules", required=True, help=f"a preset ({', '.join(PRESET_NAMES)}) or a YAML rules file"
     )
     ptq.add_argument("--out", required=True, help="new output directory")
     ptq.add_argument(
@@ -54,6 +54,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _ptq(args: argparse.Namespace) -> None:
+    from jaxstack.quantlib._src import evaluate, source, store
+    from jaxstack.quantlib._src.quantize import PtqProvider, quantize, weight_bytes
+    from jaxstack.quantlib._src.rules import load_rules
+
     rules = load_rules(args.rules)
     if args.calibration < 0:
         raise SourceError(f"--calibration {args.calibration}: use a number of batches >= 0")
@@ -95,6 +99,8 @@ def _ptq(args: argparse.Namespace) -> None:
 
 
 def _eval(args: argparse.Namespace) -> None:
+    from jaxstack.quantlib._src import evaluate, source, store
+
     if args.batches < 1 or args.batch_size < 1:
         raise SourceError("--batches and --batch-size must be >= 1")
     if (pathlib.Path(args.path) / store.INFO_FILE).is_file():

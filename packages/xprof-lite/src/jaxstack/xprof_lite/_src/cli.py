@@ -12,11 +12,7 @@ import json
 import sys
 from pathlib import Path
 
-from jaxstack.xprof_lite._src import tracefile
-from jaxstack.xprof_lite._src.capture import export_chrome_trace
 from jaxstack.xprof_lite._src.errors import Error
-from jaxstack.xprof_lite._src.peak import DevicePeak, device_peak
-from jaxstack.xprof_lite._src.report import report_logdir
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,6 +33,12 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    # JAX and the report's libraries load only for the command that runs: --help answers at once.
+    from jaxstack.xprof_lite._src import tracefile
+    from jaxstack.xprof_lite._src.capture import export_chrome_trace
+    from jaxstack.xprof_lite._src.peak import DevicePeak, device_peak
+    from jaxstack.xprof_lite._src.report import report_logdir
+
     try:
         if args.command == "report":
             peak = None

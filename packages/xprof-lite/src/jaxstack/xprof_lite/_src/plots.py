@@ -1,18 +1,28 @@
 """The report's pictures, drawn with matplotlib's object API (no pyplot state, no display) and
-returned as base64 PNGs to embed in one self-contained HTML file."""
+returned as base64 PNGs to embed in one self-contained HTML file.
+
+matplotlib is the `plots` extra: without it `AVAILABLE` is False and reports carry `MISSING` in
+place of each picture (their tables and numbers need no plotting library)."""
 
 from __future__ import annotations
 
 import base64
 import io
 
-from matplotlib.figure import Figure
+try:
+    from matplotlib.figure import Figure
+except ModuleNotFoundError as e:
+    if (e.name or "").partition(".")[0] != "matplotlib":
+        raise
+    Figure = None
 
 from jaxstack.xprof_lite._src.cost import CATEGORIES
 from jaxstack.xprof_lite._src.peak import DevicePeak
 from jaxstack.xprof_lite._src.roofline import RooflinePoint
 from jaxstack.xprof_lite._src.steps import StepBreakdown
 
+AVAILABLE = Figure is not None
+MISSING = "plots need matplotlib: pip install 'jaxstack-xprof-lite[plots]'"
 COLORS = dict(
     zip(CATEGORIES, ["#1f77b4", "#9467bd", "#2ca02c", "#d62728", "#ff7f0e", "#7f7f7f"], strict=True)
 )

@@ -8,7 +8,10 @@ import datetime
 import html
 import json
 import os
+import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 
@@ -79,6 +82,9 @@ class Report:
             tmp = path.with_suffix(path.suffix + ".tmp")
             tmp.write_text(text)
             tmp.replace(path)
+        if not plots.AVAILABLE:
+            html_path = files["html"][0]
+            warnings.warn(f"{html_path} has tables but no pictures: {plots.MISSING}", stacklevel=2)
         return {k: path for k, (path, _) in files.items()}
 
 
@@ -248,8 +254,11 @@ def _html_table(header: list[str], rows: list[list[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _img(png: str, alt: str) -> str:
-    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{png}">'
+def _picture(draw: Callable[..., str], alt: str, *args: Any) -> str:
+    """`draw(*args)` embedded as a PNG, or the note saying how to get plots."""
+    if not plots.AVAILABLE:
+        return f"<p><em>{html.escape(plots.MISSING)}</em></p>"
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{draw(*args)}">'
 
 
 STYLE = """body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px}
@@ -267,17 +276,17 @@ def render_html(r: Report) -> str:
     measured = any(p.time_ns for p in points)
     sections = [
         ("Summary", _html_table(["", ""], [list(row) for row in _summary_rows(r)])),
-        ("Roofline", _img(plots.roofline_png(points, r.peak), "roofline") if points else ""),
+        ("Roofline", _picture(plots.roofline_png, "roofline", points, r.peak) if points else ""),
         ("Top ops", _html_table(TOP_HEADER, _top_rows(r))),
         (
             "Ops by category",
-            (_img(plots.category_png(by_category, measured), "categories") if points else "")
+            (_picture(plots.category_png, "categories", by_category, measured) if points else "")
             + _html_table(CATEGORY_HEADER, _category_rows(r)),
         ),
         (
             "Memory",
             (
-                _img(plots.memory_png(r.compiled_memory, r.live_by_origin), "memory")
+                _picture(plots.memory_png, "memory", r.compiled_memory, r.live_by_origin)
                 if r.compiled_memory or r.live_by_origin
                 else ""
             )
@@ -285,7 +294,7 @@ def render_html(r: Report) -> str:
         ),
         (
             "Step timeline",
-            (_img(plots.step_timeline_png(r.steps), "steps") if r.steps else "")
+            (_picture(plots.step_timeline_png, "steps", r.steps) if r.steps else "")
             + _html_table(STEP_HEADER, _step_rows(r)),
         ),
     ]

@@ -7,14 +7,16 @@ import logging
 import os
 import socket
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import uvicorn
 
 from jaxstack.serving._src.errors import Error
 from jaxstack.serving._src.http_server import DrainingServer
-from jaxstack.serving._src.models.http import create_app
-from jaxstack.serving._src.models.repository import ModelConfig
-from jaxstack.serving._src.models.server import ModelServer
+
+# The server and its app import JAX: they load inside the functions, so --help answers at once.
+if TYPE_CHECKING:
+    from jaxstack.serving._src.models.server import ModelServer
 
 
 def serve(
@@ -33,6 +35,8 @@ def serve(
     model server drains its queues. Binds 127.0.0.1 by default: exposing a model server is a
     decision, not a default.
     """
+    from jaxstack.serving._src.models.http import create_app
+
     config = uvicorn.Config(
         create_app(server), host=host, port=port, log_level=log_level, access_log=False
     )
@@ -72,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
+    from jaxstack.serving._src.models.repository import ModelConfig
+    from jaxstack.serving._src.models.server import ModelServer
+
     try:
         defaults = ModelConfig(
             max_batch_size=args.max_batch_size,
