@@ -72,6 +72,31 @@ def test_export_round_trip(tmp_path, family, shard):
     assert again.config == model.config
 
 
+def test_export_writes_special_token_ids_generation_config_and_files(tmp_path):
+    model = nnlib.load_hf_checkpoint(FIXTURES / "llama")
+    out = nnlib.save_hf_checkpoint(
+        model,
+        tmp_path / "export",
+        special_token_ids={"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": None},
+        generation_config={"eos_token_id": [7, 2], "temperature": 0.6},
+        files={"tokenizer.json": "{}", "tokenizer.model": b"\x00\x01"},
+    )
+    config = json.loads((out / "config.json").read_text())
+    assert (config["bos_token_id"], config["eos_token_id"]) == (1, 2)
+    assert "pad_token_id" not in config  # None entries are left out
+    generation = json.loads((out / "generation_config.json").read_text())
+    # the given generation config's stop tokens win; the ids fill in what it lacks
+    assert generation == {"eos_token_id": [7, 2], "temperature": 0.6, "bos_token_id": 1}
+    assert (out / "tokenizer.json").read_text() == "{}"
+    assert (out / "tokenizer.model").read_bytes() == b"\x00\x01"
+    assert nnlib.load_hf_checkpoint(out).config == model.config
+    plain = nnlib.save_hf_checkpoint(model, tmp_path / "plain")
+    assert not (plain / "generation_config.json").exists()
+    with pytest.raises(nnlib.Error, match="plain file name"):
+        nnlib.save_hf_checkpoint(model, tmp_path / "bad", files={"../x": "y"})
+    assert not (tmp_path / "bad").exists()
+
+
 def test_mismatch_lists_missing_unexpected_and_mis_shaped(tmp_path):
     model = nnlib.load_hf_checkpoint(FIXTURES / "llama")
     out = nnlib.save_hf_checkpoint(model, tmp_path / "bad")

@@ -14,6 +14,7 @@ import pathlib
 import re
 import shutil
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 import jax.numpy as jnp
@@ -153,21 +154,50 @@ def _param_arrays(model: nnx.Module) -> dict[str, Any]:
 
 
 def save_hf_checkpoint(
-    model: nnx.Module, directory: str | os.PathLike, *, max_shard_bytes: int | None = None
+    model: nnx.Module,
+    directory: str | os.PathLike,
+    *,
+    max_shard_bytes: int | None = None,
+    special_token_ids: Mapping[str, int | list[int] | None] | None = None,
+    generation_config: Mapping[str, Any] | None = None,
+    files: Mapping[str, str | bytes] | None = None,
 ) -> pathlib.Path:
     """Write config.json and model.safetensors (or shards + index.json) in the HF layout.
 
     LoRA adapters are merged into the exported weights. The folder is written under a unique
     temporary name and renamed, so a crash never leaves a half checkpoint behind.
+
+    Args:
+      special_token_ids: `bos_token_id`, `eos_token_id`, `pad_token_id` (None entries are
+        skipped) for config.json and generation_config.json, which transformers and vLLM read
+        to stop generating and to pad.
+      generation_config: the generation_config.json to write (e.g. the source model's, whose
+        `eos_token_id` may list several stop tokens); `special_token_ids` fill in the ids it
+        lacks. Written whenever either argument is given.
+      files: more files of the folder, name -> text or bytes (tokenizer files, chat template),
+        written inside the same atomic rename.
     """
     config: ModelConfig = model.config
     hf_config = config_to_hf(config)  # refuses configs HF cannot express before writing
+    ids = {k: v for k, v in (special_token_ids or {}).items() if v is not None}
+    hf_config.update(ids)
     directory = pathlib.Path(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     tmp = pathlib.Path(tempfile.mkdtemp(dir=directory.parent, prefix=f".{directory.name}.tmp-"))
     try:
         _write_tensors(model, tmp, max_shard_bytes)
         (tmp / "config.json").write_text(json.dumps(hf_config, indent=2))
+        if ids or generation_config is not None:
+            generation = {**ids, **(generation_config or {"_from_model_config": True})}
+            (tmp / "generation_config.json").write_text(json.dumps(generation, indent=2))
+        for name, content in (files or {}).items():
+            if pathlib.Path(name).name != name or name in ("config.json", "generation_config.json"):
+                raise Error(f"files: {name!r} is not a plain file name of the folder's own")
+            target = tmp / name
+            if isinstance(content, bytes):
+                target.write_bytes(content)
+            else:
+                target.write_text(content, encoding="utf-8")
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)
