@@ -246,3 +246,56 @@ def test_update_weights_serves_the_new_model_without_recompiling(tiny_lm_config)
     got = llm.generate(PROMPTS[:2], GREEDY)
     assert [o.outputs[0].token_ids for o in got] == reference_greedy(other, PROMPTS[:2], 12)
     assert num_compilations() == before
+
+
+def broken_params(**fields) -> SamplingParams:
+    """Params the sampler cannot take (a min_p that is no number), as a stand-in for any
+    request that makes a step raise: validation is bypassed on purpose."""
+    params = SamplingParams(temperature=1.0, max_tokens=4, ignore_eos=True, **fields)
+    object.__setattr__(params, "min_p", "high")
+    return params
+
+
+def test_a_request_that_makes_the_sampler_raise_fails_alone(dense):
+    model, llm = dense
+    engine = llm.engine
+    prompts = PROMPTS[:3]
+    expected = reference_greedy(model, prompts, 12)
+    good = [engine.add_request(TOKENIZER.encode(p), GREEDY) for p in prompts[:2]]
+    bad = engine.add_request(TOKENIZER.encode("break me"), broken_params(n=2))
+    later = engine.add_request(TOKENIZER.encode(prompts[2]), GREEDY)
+    while engine.has_unfinished():
+        engine.step()
+    assert [s[0].output.token_ids for s in (*good, later)] == expected
+    assert [q.output.finish_reason for q in bad] == ["error", "error"]
+    assert all(isinstance(q.error, ValueError) and "high" in str(q.error) for q in bad)
+    assert engine.blocks.num_used_blocks == 0 and not engine.sequences
+    # The engine goes on: the same prompts answer as before.
+    assert [o.outputs[0].token_ids for o in llm.generate(prompts, GREEDY)] == expected
+
+
+def test_seeds_anywhere_in_64_bits_and_huge_top_k_sample(dense):
+    _, llm = dense
+    outs = {}
+    for seed in (-1, -(2**63), 2**32, 2**63 - 1, 2**64 - 1, 7):
+        params = SamplingParams(temperature=1.0, max_tokens=6, seed=seed, ignore_eos=True)
+        outs[seed] = llm.generate(["abc"], params)[0].outputs[0].token_ids
+        again = llm.generate(["abc"], params)[0].outputs[0].token_ids
+        assert again == outs[seed]
+    assert outs[-1] == outs[2**64 - 1]  # one 64-bit pattern, read signed or unsigned
+    del outs[-1]
+    assert len({tuple(t) for t in outs.values()}) == len(outs)
+    big_k = SamplingParams(temperature=0.0, top_k=2**40, max_tokens=6, ignore_eos=True)
+    assert (
+        llm.generate(["abc"], big_k)[0].outputs[0].token_ids
+        == llm.generate(["abc"], big_k.replace(top_k=0))[0].outputs[0].token_ids
+    )
+    with pytest.raises(Exception, match="seed=18446744073709551616 must be a 64-bit integer"):
+        SamplingParams(seed=2**64)
+
+
+def test_offline_generate_raises_the_failed_requests_error(dense):
+    _, llm = dense
+    with pytest.raises(ValueError, match="high"):
+        llm.generate(["fine", "broken"], [GREEDY, broken_params()])
+    assert llm.engine.blocks.num_used_blocks == 0

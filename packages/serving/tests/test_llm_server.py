@@ -18,8 +18,8 @@ import uvicorn
 from flax import nnx
 
 from jaxstack import datalib, nnlib
-from jaxstack.serving import EngineConfig, LLMEngine
-from jaxstack.serving._src.llm.async_engine import AsyncEngine
+from jaxstack.serving import EngineConfig, LLMEngine, SamplingParams
+from jaxstack.serving._src.llm.async_engine import AsyncEngine, RequestFailedError
 from jaxstack.serving._src.llm.loading import DEFAULT_CHAT_TEMPLATE
 from jaxstack.serving._src.llm.openai_server import create_llm_app
 
@@ -262,21 +262,155 @@ def test_models_tokenize_detokenize_health(server):
 
 
 @pytest.mark.parametrize(
-    ("body", "param", "needle"),
+    ("body", "status", "param", "needle"),
     [
-        ({"model": "gpt-4", "prompt": "x"}, "model", "not served"),
-        ({"model": MODEL, "prompt": "x", "max_tokens": "ten"}, "max_tokens", "must be int"),
-        ({"model": MODEL, "prompt": "x", "max_tokens": 500}, None, "max_model_len"),
-        ({"model": MODEL, "prompt": "y" * 200}, None, "shorten the prompt"),
-        ({"model": MODEL, "prompt": "x", "temperature": -1}, "temperature", ">= 0"),
-        ({"model": MODEL, "prompt": 3}, "prompt", "'prompt' must be"),
+        ({"model": "gpt-4", "prompt": "x"}, 404, "model", "not served"),
+        ({"prompt": "x", "max_tokens": "ten"}, 400, "max_tokens", "valid integer"),
+        ({"prompt": "x", "max_tokens": True}, 400, "max_tokens", "valid integer"),
+        ({"prompt": "x", "max_tokens": 500}, 400, "max_tokens", "max_model_len"),
+        ({"prompt": "y" * 200}, 400, "prompt", "shorten the prompt"),
+        ({"prompt": "x", "temperature": -1}, 400, "temperature", "greater than or equal to 0"),
+        ({"prompt": 3}, 400, "prompt", "'prompt' must be"),
+        ({"prompt": ""}, 400, "prompt", "prompt is empty"),
+        ({"prompt": [[1, 2], []]}, 400, "prompt", "'prompt' must be"),
+        ({"prompt": [300]}, 400, "prompt", "[0, 259)"),
+        ({"prompt": "x\ud800y"}, 400, "prompt", "lone surrogate \\ud800"),
+        ({"prompt": ["ok", "\udfff"]}, 400, "prompt", "lone surrogate"),
+        ({"prompt": "x", "stop": ["a", "\ud800"]}, 400, "stop", "lone surrogate"),
+        ({"prompt": "x", "seed": 2**64}, 400, "seed", "less than 18446744073709551616"),
+        ({"prompt": "x", "seed": 1.5}, 400, "seed", "valid integer"),
+        ({"prompt": "x", "n": 129}, 400, "n", "limit of 128 (--max-n)"),
+        ({"prompt": "x", "n": 0}, 400, "n", "greater than or equal to 1"),
+        ({"prompt": "x", "logprobs": 21}, 400, "logprobs", "limit of 20"),
+        ({"prompt": "x", "top_p": 0}, 400, "top_p", "greater than 0"),
+        ({"prompt": "x", "temperature": "NaN"}, 400, "temperature", "valid number"),
+        ({"prompt": "x", "stop": ""}, 400, "stop", "non-empty string"),
+        (
+            {"prompt": "x", "stream_options": {"include_usage": True}},
+            400,
+            "stream_options",
+            "needs 'stream': true",
+        ),
+        (
+            {"prompt": "x", "stream": True, "stream_options": {"x": 1}},
+            400,
+            "stream_options.x",
+            "not a field",
+        ),
+        ({"prompt": "x", "suffix": "y"}, 400, "suffix", "not supported"),
+        ({"prompt": "x", "best_of": 2}, 400, "best_of", "not supported"),
+        ({"prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias", "not supported"),
+        (
+            {"prompt": "x", "response_format": {"type": "json_object"}},
+            400,
+            "response_format",
+            "not supported",
+        ),
+        ({"prompt": "x", "temprature": 0}, 400, "temprature", "not a field this server knows"),
     ],
 )
-def test_bad_requests_get_openai_errors(server, body, param, needle):
-    status, doc = server.request("POST", "/v1/completions", body)
-    assert status == 400
-    assert doc["error"]["type"] == "invalid_request_error" and doc["error"]["param"] == param
+def test_bad_completions_get_openai_errors(server, body, status, param, needle):
+    code, doc = server.request("POST", "/v1/completions", body)
+    assert (code, doc["error"]["param"]) == (status, param), doc
+    assert doc["error"]["type"] == "invalid_request_error"
     assert needle in doc["error"]["message"]
+    if status == 404:
+        assert doc["error"]["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize(
+    ("body", "param", "needle"),
+    [
+        ({"messages": []}, "messages", "at least 1 item"),
+        ({"messages": [{"content": "hi"}]}, "messages[0].role", "required"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content", "must be"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": "u"}]}]},
+            "messages[0].content",
+            "not a text part",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "\ud800"}]},
+            "messages[0].content",
+            "lone surrogate",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi", "name": "\ud800"}]},
+            "messages[0]",
+            "lone surrogate",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "top_logprobs": 2},
+            "top_logprobs",
+            "needs 'logprobs': true",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
+            "tools",
+            "tool calling is not supported",
+        ),
+        ({"messages": [{"role": "user", "content": "hi"}], "echo": True}, "echo", "not a field"),
+    ],
+)
+def test_bad_chat_requests_get_openai_errors(server, body, param, needle):
+    code, doc = server.request("POST", "/v1/chat/completions", body)
+    assert (code, doc["error"]["param"]) == (400, param), doc
+    assert needle in doc["error"]["message"]
+
+
+def test_requests_that_used_to_stop_the_engine_are_answered(server):
+    """Seeds anywhere in 64 bits and top_k beyond int32 once raised OverflowError on the
+    engine thread (every later request got 503)."""
+    client = server.client()
+    for extra in ({"seed": -1}, {"seed": 2**63 - 1}, {"seed": 2**64 - 1}, {"top_k": 2**40}):
+        out = client.completions.create(
+            model=MODEL, prompt="abc", max_tokens=3, temperature=1.0, **extra_body(extra)
+        )
+        assert out.usage.completion_tokens == 3
+    assert server.request("GET", "/health") == (200, {"status": "ok"})
+    # A seed beyond 32 bits is its own seed, reproducibly, and not that of its low bits.
+    texts = [
+        client.completions.create(
+            model=MODEL, prompt="abc", max_tokens=8, temperature=1.0, seed=seed,
+            extra_body={"ignore_eos": True},
+        ).choices[0].text
+        for seed in (2**40 + 7, 2**40 + 7, 7)
+    ]  # fmt: skip
+    assert texts[0] == texts[1] != texts[2]
+
+
+def test_a_request_the_engine_fails_fails_alone_and_the_server_goes_on(server):
+    """A request that makes the sampler raise (validation bypassed: no HTTP body can do it)
+    gets RequestFailedError while a greedy request in the same steps is answered; then
+    /health is 200 and the greedy answer is unchanged."""
+    client = server.client()
+    before = client.completions.create(model=MODEL, prompt="steady", max_tokens=8, **greedy())
+    broken = SamplingParams(temperature=1.0, max_tokens=8, n=2)
+    object.__setattr__(broken, "min_p", "high")
+    fine = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+
+    async def both():
+        bad_queue, good_queue = asyncio.Queue(), asyncio.Queue()
+        server.engine.submit(TOKENIZER.encode("break"), broken, bad_queue, 0)
+        server.engine.submit(TOKENIZER.encode("steady"), fine, good_queue, 0)
+        failure = await asyncio.wait_for(bad_queue.get(), 60)
+        tokens = []
+        while not tokens or tokens[-1].finish_reason is None:
+            tokens.append(await asyncio.wait_for(good_queue.get(), 60))
+        return failure, [t for d in tokens for t in d.token_ids]
+
+    failure, tokens = asyncio.run(both())
+    assert isinstance(failure, RequestFailedError) and "ValueError" in str(failure)
+    assert TOKENIZER.decode(tokens) == before.choices[0].text
+    assert server.request("GET", "/health") == (200, {"status": "ok"})
+    after = client.completions.create(model=MODEL, prompt="steady", max_tokens=8, **greedy())
+    assert after.choices[0].text == before.choices[0].text
+    assert server.metric("request_success_total", '{finish_reason="error"}') == 2
+
+
+def extra_body(fields: dict) -> dict:
+    seed = fields.get("seed")
+    return {"seed": seed} if seed is not None else {"extra_body": fields}
 
 
 def test_key_route_size_and_queue_limits(server):

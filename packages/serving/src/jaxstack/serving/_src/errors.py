@@ -23,6 +23,15 @@ class InvalidInputError(Error):
     """A request is malformed: wrong input name, shape, datatype or data (HTTP 400)."""
 
 
+class InvalidFieldError(InvalidInputError):
+    """One named field of a request has a bad value (HTTP 400; `param` names the field, as
+    OpenAI's error bodies do)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
 class ModelNotFoundError(Error):
     """The named model or version is not served (HTTP 404)."""
 

@@ -4,6 +4,8 @@ Handlers `submit` a prompt and read `Delta`s (new tokens and text of one sequenc
 asyncio queue; `abort` cancels (a client that went away). All engine state is touched only by
 the engine thread: submissions and aborts reach it through an inbox it drains between steps,
 and results go back with `loop.call_soon_threadsafe`, as snapshots rather than live objects.
+A request the engine fails (see LLMEngine.step) gets a `RequestFailedError` on its queue;
+the thread and every other request carry on.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ import logging
 import threading
 import time
 
-from jaxstack.serving._src.errors import QueueFullError, ServerBusyError
+from jaxstack.serving._src.errors import Error, QueueFullError, ServerBusyError
 from jaxstack.serving._src.llm.engine import LLMEngine, SequenceUpdate
 from jaxstack.serving._src.llm.metrics import LLMMetrics
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 
 logger = logging.getLogger("jaxstack.serving.llm")
+
+
+class RequestFailedError(Error):
+    """The engine failed this request (HTTP 500); the server and other requests are fine."""
 
 
 @dataclasses.dataclass
@@ -145,10 +151,31 @@ class AsyncEngine:
         _, request_id, prompt_token_ids, params = command
         if request_id not in self._routes:
             return  # aborted before it was added
-        self.engine.add_request(prompt_token_ids, params, request_id)
+        try:
+            self.engine.add_request(prompt_token_ids, params, request_id)
+        except Exception as e:
+            self._fail(request_id, e)
+
+    def _fail(self, request_id: str, error: BaseException) -> None:
+        """Hand a request's failure to its handler (once, whatever its n)."""
+        route = self._routes.pop(request_id, None)
+        if route is None:
+            return
+        logger.error("the engine failed request %s", request_id, exc_info=error)
+        route.put(
+            RequestFailedError(
+                f"the engine failed this request ({type(error).__name__}: {error}); the "
+                "server goes on serving others"
+            )
+        )
 
     def _deliver(self, update: SequenceUpdate) -> None:
         seq = update.seq
+        if seq.error is not None:
+            self._last_token.pop(seq.seq_id, None)
+            self.metrics.finished.labels("error").inc()
+            self._fail(seq.request_id, seq.error)
+            return
         route = self._routes.get(seq.request_id)
         if route is None:
             return

@@ -55,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
         help="queued requests beyond which new ones get 429",
     )
     p.add_argument("--max-request-bytes", type=int, default=1 << 20)
+    p.add_argument(
+        "--max-n", type=int, default=128, help="the largest n a request may ask for (400 above)"
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--host-allocator",
@@ -113,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         chat_template=loaded.chat_template,
         api_key=args.api_key,
         max_request_bytes=args.max_request_bytes,
+        max_n=args.max_n,
     )
     sock = socket.socket(socket.AF_INET6 if ":" in args.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

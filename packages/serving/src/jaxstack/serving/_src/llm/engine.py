@@ -6,6 +6,11 @@
 
 Requests come in through `add_request` (a prompt's token ids and SamplingParams; n > 1
 becomes n sequences) and leave through the `SequenceUpdate`s that `step` returns.
+
+A request that makes a step fail (an exception while its inputs are prepared or its token
+recorded) fails alone: its sequences finish with reason "error" (`Sequence.error` says why)
+and free their blocks, the step is run again without it, and every other request goes on as
+if it had never been there.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxstack.serving._src.errors import ConfigError, InvalidInputError
+from jaxstack.serving._src.errors import ConfigError, InvalidFieldError, InvalidInputError
 from jaxstack.serving._src.llm.block_manager import BlockManager
 from jaxstack.serving._src.llm.detokenizer import Detokenizer
 from jaxstack.serving._src.llm.model_runner import ModelRunner, StepResult
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
-from jaxstack.serving._src.llm.scheduler import Scheduler
-from jaxstack.serving._src.llm.sequence import Sequence, derived_seed
+from jaxstack.serving._src.llm.scheduler import ScheduledBatch, Scheduler
+from jaxstack.serving._src.llm.sequence import Sequence, derived_seed, sampler_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,24 +139,26 @@ class LLMEngine:
         limit = self.config.max_model_len
         vocab = self.model_config.vocab_size
         if n_prompt == 0:
-            raise InvalidInputError("prompt is empty; send at least one token")
+            raise InvalidFieldError("prompt", "prompt is empty; send at least one token")
         if any(not 0 <= t < vocab for t in prompt_token_ids):
-            raise InvalidInputError(f"prompt token ids must be in [0, {vocab})")
+            raise InvalidFieldError("prompt", f"prompt token ids must be in [0, {vocab})")
         if n_prompt >= limit and not (n_prompt == limit and params.max_tokens == 0):
-            raise InvalidInputError(
+            raise InvalidFieldError(
+                "prompt",
                 f"prompt has {n_prompt} tokens but the context is {limit} (max_model_len); "
-                "shorten the prompt"
+                "shorten the prompt",
             )
         max_tokens = limit - n_prompt if params.max_tokens is None else params.max_tokens
         if n_prompt + max_tokens > limit:
-            raise InvalidInputError(
+            raise InvalidFieldError(
+                "max_tokens",
                 f"max_tokens={max_tokens} plus {n_prompt} prompt tokens exceed the context of "
-                f"{limit} (max_model_len); lower max_tokens to at most {limit - n_prompt}"
+                f"{limit} (max_model_len); lower max_tokens to at most {limit - n_prompt}",
             )
         for name, k in (("logprobs", params.logprobs), ("prompt_logprobs", params.prompt_logprobs)):
             if k is not None and k > self.config.max_logprobs:
-                raise InvalidInputError(
-                    f"{name}={k} exceeds the server's max_logprobs={self.config.max_logprobs}"
+                raise InvalidFieldError(
+                    name, f"{name}={k} exceeds the server's max_logprobs={self.config.max_logprobs}"
                 )
         return max_tokens
 
@@ -163,7 +170,11 @@ class LLMEngine:
         request_id = request_id or str(next(self._ids))
         if request_id in self.sequences:
             raise InvalidInputError(f"request id {request_id!r} is already running")
-        base = int(self._seeds.integers(2**32)) if params.seed is None else params.seed
+        if params.top_k > self.model_config.vocab_size:  # the whole vocabulary: no limit
+            params = params.replace(top_k=0)
+        base = (
+            int(self._seeds.integers(2**32)) if params.seed is None else sampler_seed(params.seed)
+        )
         eos = getattr(self.tokenizer, "eos_id", None)
         seqs = []
         for i in range(params.n):
@@ -205,12 +216,53 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if not batch.seqs:
             return []
+        try:
+            return self._run(batch)
+        except Exception as e:
+            if self.runner.k.is_deleted():  # the step consumed the KV cache: nothing to retry
+                raise
+            if len({q.request_id for q in batch.seqs}) == 1:
+                return self._fail(batch.seqs[0].request_id, e)
+        # Nothing was recorded for the failed step: run it again one request at a time, so
+        # that only the request that fails is failed.
+        updates = []
+        for request_id in dict.fromkeys(q.request_id for q in batch.seqs):
+            rows = [i for i, q in enumerate(batch.seqs) if q.request_id == request_id]
+            alone = ScheduledBatch(
+                [batch.seqs[i] for i in rows], [batch.num_new_tokens[i] for i in rows]
+            )
+            try:
+                updates += self._run(alone)
+            except Exception as e:
+                if self.runner.k.is_deleted():
+                    raise
+                updates += self._fail(request_id, e)
+        return updates
+
+    def _run(self, batch: ScheduledBatch) -> list[SequenceUpdate]:
         result = self.runner.execute(batch)
         updates = []
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-            update = self._advance(seq, n, i, result)
+            if seq.finished:  # failed earlier in this loop with a sibling sample
+                continue
+            try:
+                update = self._advance(seq, n, i, result)
+            except Exception as e:
+                updates += self._fail(seq.request_id, e)
+                continue
             if update is not None:
                 updates.append(update)
+        return updates
+
+    def _fail(self, request_id: str, error: Exception) -> list[SequenceUpdate]:
+        """Finish a request's unfinished sequences with reason "error" and free them."""
+        updates = []
+        for seq in self.sequences.pop(request_id, []):
+            if not seq.finished:
+                seq.error = error
+                seq.finish("error")
+                self.scheduler.finish(seq)
+                updates.append(SequenceUpdate(seq, [], "", True))
         return updates
 
     def _advance(self, seq: Sequence, n: int, i: int, result: StepResult):

@@ -70,6 +70,9 @@ class LLM:
             requests.append((text, ids, self.engine.add_request(ids, p)))
         while self.engine.has_unfinished():
             self.engine.step()
+        failed = [q for *_, seqs in requests for q in seqs if q.error is not None]
+        if failed:  # the engine failed that request alone, but the caller wants every output
+            raise failed[0].error
         return [
             RequestOutput(
                 request_id=seqs[0].request_id,

@@ -216,7 +216,24 @@ class ModelRunner:
             i32(t),
         )
 
+    def lower(self, num_tokens: int, *, all_greedy: bool = True) -> jax.stages.Lowered:
+        """The step program of `num_tokens`' bucket, lowered on empty inputs: what a step
+        compiles to (`.compile().memory_analysis()`, `.as_text()`), without running it."""
+        x = self._empty_inputs(self.bucket(num_tokens))
+        args, static = self._step_args(x, (), all_greedy=all_greedy, scores=False)
+        return _forward.lower(*args, **static)
+
     def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, scores=False):
+        args, static = self._step_args(x, seqs, all_greedy=all_greedy, scores=scores)
+        sampled, prompt, self.k, self.v = _forward(*args, **static)
+        sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
+        if prompt is not None:
+            prompt = PromptScores(*jax.device_get(prompt))
+        return sampled, prompt
+
+    def _step_args(self, x: StepInputs, seqs, *, all_greedy: bool, scores: bool):
+        """`_forward`'s arguments for one step: the cache, the inputs, and per-sequence
+        sampling settings (padding rows get neutral ones)."""
         s = x.kv_lens.shape[0]
         f32 = lambda fill: np.full((s,), fill, np.float32)
         inputs = sampler.SamplingInputs(
@@ -250,20 +267,11 @@ class ModelRunner:
                 np.add.at(counts[i], np.asarray(q.output.token_ids, np.int64), 1)
                 prompt_mask[i, q.prompt_token_ids] = True
             penalties = sampler.Penalties(counts, prompt_mask)
-        sampled, prompt, self.k, self.v = _forward(
-            self.graphdef,
-            self.state,
-            self.k,
-            self.v,
-            x,
-            inputs,
-            penalties,
+        args = (self.graphdef, self.state, self.k, self.v, x, inputs, penalties)
+        static = dict(
             block_size=self.block_size,
             num_top=self.max_logprobs,
             all_greedy=all_greedy,
             scores=scores,
         )
-        sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
-        if prompt is not None:
-            prompt = PromptScores(*jax.device_get(prompt))
-        return sampled, prompt
+        return args, static

@@ -2,11 +2,16 @@
 
 Routes: /v1/completions, /v1/chat/completions (both streamable as server-sent events, with
 `stream_options.include_usage`), /v1/models, /tokenize, /detokenize, /health, /metrics.
-Errors use OpenAI's shape, `{"error": {"message", "type", "param", "code"}}`: 400 for bad
-fields (and unknown models, prompts or max_tokens beyond the context), 401 without the API
-key, 404 for unknown routes, 413 for oversized bodies, 429 when the queue is full. A request
-that fails never disturbs the others; a streaming client that disconnects has its sequences
-aborted, which frees their KV blocks.
+Request bodies are the pydantic models of `protocol`. Errors use OpenAI's shape,
+`{"error": {"message", "type", "param", "code"}}`: 400 for bad fields (`param` names the
+field), 401 without the API key, 404 for unknown routes and models (`model_not_found`), 413
+for oversized bodies, 429 when the queue is full, 500 for a request the engine failed. A
+request that fails never disturbs the others; a streaming client that disconnects has its
+sequences aborted, which frees their KV blocks.
+
+A choice's answer is built from its engine deltas by one builder (`_CompletionChoice`,
+`_ChatChoice`) whose pieces a stream sends one by one and an unstreamed answer concatenates,
+so the two agree on text, tokens, log-probabilities and text offsets.
 """
 
 from __future__ import annotations
@@ -17,19 +22,25 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from jaxstack.serving._src.errors import Error, InvalidInputError
+from jaxstack.serving._src.errors import (
+    Error,
+    InvalidFieldError,
+    InvalidInputError,
+    ModelNotFoundError,
+)
 from jaxstack.serving._src.http_common import AuthenticationError, read_body, status_of
 from jaxstack.serving._src.llm import protocol
 from jaxstack.serving._src.llm.async_engine import AsyncEngine, Delta
-from jaxstack.serving._src.llm.protocol import BadField, field
+from jaxstack.serving._src.llm.tokenization import encode_text
 
 logger = logging.getLogger("jaxstack.serving.llm")
 
@@ -43,11 +54,21 @@ _ERROR_TYPES = {
 }
 
 
-def error_response(status: int, message: str, param: str | None = None, code=None) -> JSONResponse:
+class UnknownModelError(ModelNotFoundError):
+    """The request names a model this server does not serve (404, as OpenAI answers)."""
+
+    param = "model"
+    code = "model_not_found"
+    error_type = "invalid_request_error"
+
+
+def error_response(
+    status: int, message: str, param: str | None = None, code=None, error_type=None
+) -> JSONResponse:
     body = {
         "error": {
             "message": message,
-            "type": _ERROR_TYPES.get(status, "server_error"),
+            "type": error_type or _ERROR_TYPES.get(status, "server_error"),
             "param": param,
             "code": code if code is not None else status,
         }
@@ -61,29 +82,100 @@ def _error(e: BaseException) -> JSONResponse:
     if status == 500:
         logger.error("request failed", exc_info=e)
         return error_response(500, f"{type(e).__name__}: {e}")
-    return error_response(status, str(e), getattr(e, "param", None), getattr(e, "code", None))
+    return error_response(
+        status,
+        str(e),
+        getattr(e, "param", None),
+        getattr(e, "code", None),
+        getattr(e, "error_type", None),
+    )
 
 
-class _Choice:
-    """Accumulates one sequence's deltas for a non-streamed response."""
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
 
-    def __init__(self):
-        self.token_ids: list[int] = []
-        self.text = ""
-        self.logprobs: list[float] = []
-        self.top_logprobs: list[dict[int, float]] = []
-        self.finish_reason: str | None = None
-        self.prompt_token_ids: list[int] = []
-        self.prompt_logprobs = None
 
-    def add(self, d: Delta) -> None:
-        self.token_ids += d.token_ids
-        self.text += d.text
-        self.logprobs += d.logprobs
-        self.top_logprobs += d.top_logprobs or []
-        self.finish_reason = d.finish_reason
-        if d.prompt_token_ids:
-            self.prompt_token_ids, self.prompt_logprobs = d.prompt_token_ids, d.prompt_logprobs
+class _CompletionChoice:
+    """One /v1/completions choice: (text, logprobs) pieces from its deltas.
+
+    `text_offset` counts characters of the choice's whole text, so it goes on from one piece
+    to the next; with `echo` the first piece starts with the prompt (and, with logprobs, the
+    prompt tokens' own log-probabilities, the first None).
+    """
+
+    def __init__(self, token_text: Callable[[int], str], *, k: int | None, echo: str | None):
+        self.token_text = token_text
+        self.k = k
+        self.echo = echo
+        self.offset = 0
+
+    def piece(self, d: Delta) -> tuple[str, dict[str, Any] | None]:
+        text, tokens, lps, tops = d.text, d.token_ids, d.logprobs, d.top_logprobs or []
+        if self.echo is not None and d.prompt_token_ids:
+            text = self.echo + text
+            if self.k is not None:
+                prompt = d.prompt_token_ids
+                entries = zip(d.prompt_logprobs[1:], prompt[1:], strict=True)
+                p_lps = [None] + [entry[t] for entry, t in entries]
+                tokens, lps, tops = prompt + tokens, p_lps + lps, d.prompt_logprobs + tops
+        if self.k is None:
+            return text, None
+        texts = [self.token_text(t) for t in tokens]
+        offsets = []
+        for t in texts:
+            offsets.append(self.offset)
+            self.offset += len(t)
+        return text, {
+            "tokens": texts,
+            "token_logprobs": lps,
+            "top_logprobs": [
+                None
+                if top is None
+                else {self.token_text(i): v for i, v in list(top.items())[: self.k]}
+                for top in tops
+            ],
+            "text_offset": offsets,
+        }
+
+    @staticmethod
+    def merge(pieces: list[tuple[str, dict[str, Any] | None]]) -> tuple[str, Any]:
+        text = "".join(t for t, _ in pieces)
+        if not pieces or pieces[0][1] is None:
+            return text, None
+        keys = ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+        return text, {key: [x for _, lp in pieces for x in lp[key]] for key in keys}
+
+
+class _ChatChoice:
+    """One /v1/chat/completions choice: (content, logprobs.content entries) pieces."""
+
+    def __init__(self, token_text: Callable[[int], str], *, k: int | None):
+        self.token_text = token_text
+        self.k = k
+
+    def entry(self, token_id: int, logprob: float) -> dict[str, Any]:
+        text = self.token_text(token_id)
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+
+    def piece(self, d: Delta) -> tuple[str, list[dict[str, Any]] | None]:
+        if self.k is None:
+            return d.text, None
+        tops = d.top_logprobs or [{}] * len(d.token_ids)
+        return d.text, [
+            {**self.entry(t, lp), "top_logprobs": [self.entry(i, v) for i, v in top.items()]}
+            for t, lp, top in zip(d.token_ids, d.logprobs, tops, strict=True)
+        ]
+
+    @staticmethod
+    def merge(pieces: list[tuple[str, Any]]) -> tuple[str, Any]:
+        text = "".join(t for t, _ in pieces)
+        if not pieces or pieces[0][1] is None:
+            return text, None
+        return text, {"content": [e for _, content in pieces for e in content]}
 
 
 def create_llm_app(
@@ -94,9 +186,15 @@ def create_llm_app(
     chat_template: Any = None,
     api_key: str | None = None,
     max_request_bytes: int = 1 << 20,
+    max_n: int = 128,
 ) -> FastAPI:
     """A FastAPI app serving `engine` (started by the app's lifespan, stopped after the last
-    in-flight stream has drained) under the OpenAI API."""
+    in-flight stream has drained) under the OpenAI API.
+
+    Args:
+      chat_template: a datalib ChatTemplate; without one, chat requests are refused (400).
+      max_n: the largest `n` a request may ask for.
+    """
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -106,6 +204,7 @@ def create_llm_app(
 
     app = FastAPI(title="jaxstack LLM server", docs_url=None, redoc_url=None, lifespan=lifespan)
     max_model_len = engine.engine.config.max_model_len
+    max_logprobs = engine.engine.config.max_logprobs
     created = int(time.time())
 
     @app.exception_handler(Error)
@@ -123,37 +222,55 @@ def create_llm_app(
                 "missing or wrong API key; send 'Authorization: Bearer <key>'"
             )
 
-    async def json_body(request: Request) -> dict[str, Any]:
-        raw = await read_body(request, max_request_bytes)
-        try:
-            body = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise InvalidInputError(f"request body is not valid JSON: {e}") from None
-        if not isinstance(body, dict):
-            raise InvalidInputError("request body must be a JSON object")
-        model = body.get("model")
-        if model is not None and model != model_name:
-            raise BadField("model", f"model {model!r} is not served here; use {model_name!r}")
+    async def parse[R: BaseModel](request: Request, kind: type[R]) -> R:
+        body = protocol.parse(kind, await read_body(request, max_request_bytes))
+        if body.model is not None and body.model != model_name:
+            raise UnknownModelError(
+                f"the model {body.model!r} is not served here; use {model_name!r}"
+            )
+        if getattr(body, "n", 1) > max_n:
+            raise InvalidFieldError(
+                "n", f"n={body.n} is above this server's limit of {max_n} (--max-n)"
+            )
         return body
 
-    def encode(prompt: str | list[int]) -> list[int]:
-        if isinstance(prompt, str):
-            if tokenizer is None:
-                raise BadField("prompt", "this model has no tokenizer; send token ids")
-            return list(tokenizer.encode(prompt))
-        return prompt
+    def encode(text: str, *, add_special_tokens: bool = True) -> list[int]:
+        if tokenizer is None:
+            raise InvalidFieldError("prompt", "this model has no tokenizer; send token ids")
+        return encode_text(tokenizer, text, add_special_tokens=add_special_tokens)
 
     def token_text(token_id: int) -> str:
         return tokenizer.decode([token_id]) if tokenizer is not None else f"<{token_id}>"
 
-    def render_chat(body: dict[str, Any]) -> list[int]:
+    def render_chat(messages: list[protocol.ChatMessage], add_generation_prompt: bool):
         if chat_template is None or tokenizer is None:
-            raise InvalidInputError("this model has no chat template; use /v1/completions")
-        text = chat_template.render(
-            protocol.chat_messages(body),
-            add_generation_prompt=field(body, "add_generation_prompt", bool, True),
-        )
-        return list(tokenizer.encode(text))
+            raise InvalidFieldError(
+                "messages",
+                "this model has no chat template; start the server with --chat-template FILE "
+                "(a Jinja template) or send prompts to /v1/completions",
+            )
+        try:
+            text = chat_template.render(
+                [m.model_dump() for m in messages], add_generation_prompt=add_generation_prompt
+            )
+        except Exception as e:  # the template's own raise_exception, or a template bug
+            raise InvalidFieldError(
+                "messages", f"the chat template cannot render these messages: {e}"
+            ) from None
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidFieldError(
+                "messages", "messages hold a lone surrogate; send well-formed text"
+            ) from None
+        return encode(text, add_special_tokens=False)
+
+    def check_logprobs(param: str, k: int | None) -> None:
+        if k is not None and k > max_logprobs:
+            raise InvalidFieldError(
+                param, f"{param}={k} is above this server's limit of {max_logprobs} "
+                "(--max-logprobs)"
+            )  # fmt: skip
 
     async def run(prompts: list[list[int]], params) -> tuple[asyncio.Queue, list[str]]:
         queue: asyncio.Queue = asyncio.Queue()
@@ -175,13 +292,6 @@ def create_llm_app(
                 raise d
             finished += d.finish_reason is not None
             yield d
-
-    def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
-        return {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
 
     def sse(payload: dict[str, Any]) -> str:
         return f"data: {json.dumps(payload, ensure_ascii=False)}\n\n"
@@ -209,142 +319,100 @@ def create_llm_app(
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
-    async def collect(queue, request_ids, total, n) -> list[_Choice]:
-        choices = [_Choice() for _ in range(total)]
+    async def collect(queue, request_ids, total, n) -> list[list[Delta]]:
+        """Every delta of the request, grouped by choice index."""
+        choices: list[list[Delta]] = [[] for _ in range(total)]
         try:
             async for d in deltas(queue, total):
-                choices[d.tag * n + d.index].add(d)
+                choices[d.tag * n + d.index].append(d)
         except BaseException:
             for request_id in request_ids:
                 engine.abort(request_id)
             raise
         return choices
 
-    def include_usage(body: dict[str, Any]) -> bool:
-        options = field(body, "stream_options", dict, {})
-        return bool(options.get("include_usage", False))
+    def include_usage(body: protocol.CompletionRequest | protocol.ChatCompletionRequest) -> bool:
+        return body.stream_options is not None and body.stream_options.include_usage
 
     # -------------------------------------------------------------------- completions
-    def completion_logprobs(tokens, logprobs, tops, offset: int, k: int) -> dict[str, Any]:
-        texts = [token_text(t) for t in tokens]
-        offsets, at = [], offset
-        for t in texts:
-            offsets.append(at)
-            at += len(t)
-        return {
-            "tokens": texts,
-            "token_logprobs": logprobs,
-            "top_logprobs": [
-                None if top is None else {token_text(i): lp for i, lp in list(top.items())[:k]}
-                for top in tops
-            ],
-            "text_offset": offsets,
-        }
-
-    def prompt_scores(choice: _Choice) -> tuple[list, list]:
-        """Prompt tokens' own log-probabilities and alternatives (first: None)."""
-        lps = [None] + [
-            entry[t]
-            for entry, t in zip(
-                choice.prompt_logprobs[1:], choice.prompt_token_ids[1:], strict=True
-            )
-        ]
-        return lps, list(choice.prompt_logprobs)
-
     @app.post("/v1/completions", dependencies=[Depends(authorized)])
     async def completions(request: Request) -> Response:
-        body = await json_body(request)
-        prompts = [encode(p) for p in protocol.completion_prompts(body)]
-        echo = field(body, "echo", bool, False)
-        k = field(body, "logprobs", int, None)
+        body = await parse(request, protocol.CompletionRequest)
+        texts = [p if isinstance(p, str) else None for p in body.prompt]
+        prompts = [
+            encode(p, add_special_tokens=body.add_special_tokens) if isinstance(p, str) else p
+            for p in body.prompt
+        ]
+        k = body.logprobs
+        check_logprobs("logprobs", k)
         params = protocol.sampling_params(
-            body, max_tokens=field(body, "max_tokens", int, 16), logprobs=k
+            body,
+            max_tokens=body.max_tokens,
+            logprobs=k,
+            prompt_logprobs=k if body.echo else None,
         )
-        if echo and k is not None:
-            params = params.replace(prompt_logprobs=k)
         n = params.n
         total = len(prompts) * n
+
+        def echo(tag: int) -> str | None:
+            if not body.echo:
+                return None
+            if texts[tag] is not None:
+                return texts[tag]
+            return tokenizer.decode(prompts[tag]) if tokenizer is not None else ""
+
+        builders = [_CompletionChoice(token_text, k=k, echo=echo(i // n)) for i in range(total)]
         queue, request_ids = await run(prompts, params)
-        rid, model = f"cmpl-{uuid.uuid4().hex}", model_name
-        head = {"id": rid, "object": "text_completion", "created": int(time.time()), "model": model}
-        if field(body, "stream", bool, False):
-            counts = {"completion": 0}
-            with_usage = include_usage(body)
+        head = {
+            "id": f"cmpl-{uuid.uuid4().hex}",
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": model_name,
+        }
+        prompt_tokens = sum(len(p) for p in prompts)
+        if body.stream:
+            completion_tokens = 0
 
             def chunks(d: Delta):
-                counts["completion"] += len(d.token_ids)
-                text, lp = d.text, None
-                if echo and d.prompt_token_ids:
-                    text = (tokenizer.decode(d.prompt_token_ids) if tokenizer else "") + text
-                if k is not None:
-                    lp = completion_logprobs(d.token_ids, d.logprobs, d.top_logprobs or [], 0, k)
-                if not (text or d.token_ids or d.finish_reason):
+                nonlocal completion_tokens
+                completion_tokens += len(d.token_ids)
+                index = d.tag * n + d.index
+                text, lp = builders[index].piece(d)
+                if not (text or d.token_ids or d.finish_reason or (lp and lp["tokens"])):
                     return []
-                choice = {
-                    "index": d.tag * n + d.index,
-                    "text": text,
-                    "logprobs": lp,
-                    "finish_reason": d.finish_reason,
-                }
+                choice = {"index": index, "text": text, "logprobs": lp}
+                choice["finish_reason"] = d.finish_reason
                 return [{**head, "choices": [choice], "usage": None}]
 
             def final():
-                if not with_usage:
+                if not include_usage(body):
                     return []
-                prompt_tokens = sum(len(p) for p in prompts)
-                return [
-                    {**head, "choices": [], "usage": usage(prompt_tokens, counts["completion"])}
-                ]
+                return [{**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)}]
 
             return stream(queue, request_ids, total, chunks, final)
         choices = await collect(queue, request_ids, total, n)
         out = []
-        for i, c in enumerate(choices):
-            text, lp = c.text, None
-            prompt_text = tokenizer.decode(c.prompt_token_ids) if (echo and tokenizer) else ""
-            if k is not None:
-                tokens, lps, tops = c.token_ids, c.logprobs, c.top_logprobs
-                if echo:
-                    p_lps, p_tops = prompt_scores(c)
-                    tokens, lps, tops = c.prompt_token_ids + tokens, p_lps + lps, p_tops + tops
-                lp = completion_logprobs(tokens, lps, tops, 0, k)
+        for i, (builder, ds) in enumerate(zip(builders, choices, strict=True)):
+            text, lp = builder.merge([builder.piece(d) for d in ds])
             out.append(
-                {
-                    "index": i,
-                    "text": prompt_text + text,
-                    "logprobs": lp,
-                    "finish_reason": c.finish_reason,
-                }
+                {"index": i, "text": text, "logprobs": lp, "finish_reason": ds[-1].finish_reason}
             )
-        prompt_tokens = sum(len(p) for p in prompts)
-        completion_tokens = sum(len(c.token_ids) for c in choices)
+        completion_tokens = sum(len(d.token_ids) for ds in choices for d in ds)
         return JSONResponse(
-            {**head, "choices": out, "usage": usage(prompt_tokens, completion_tokens)}
+            {**head, "choices": out, "usage": _usage(prompt_tokens, completion_tokens)}
         )
 
     # --------------------------------------------------------------- chat completions
-    def chat_logprobs(tokens, logprobs, tops, k: int) -> dict[str, Any]:
-        def entry(token_id: int, lp: float) -> dict[str, Any]:
-            text = token_text(token_id)
-            return {"token": text, "logprob": lp, "bytes": list(text.encode("utf-8"))}
-
-        return {
-            "content": [
-                {**entry(t, lp), "top_logprobs": [entry(i, v) for i, v in list(top.items())[:k]]}
-                for t, lp, top in zip(tokens, logprobs, tops, strict=True)
-            ]
-        }
-
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat_completions(request: Request) -> Response:
-        body = await json_body(request)
-        prompt = render_chat(body)
-        want_logprobs = field(body, "logprobs", bool, False)
-        k = field(body, "top_logprobs", int, 0) if want_logprobs else None
-        max_tokens = field(body, "max_completion_tokens", int, None)
-        max_tokens = field(body, "max_tokens", int, max_tokens)
+        body = await parse(request, protocol.ChatCompletionRequest)
+        prompt = render_chat(body.messages, body.add_generation_prompt)
+        k = (body.top_logprobs or 0) if body.logprobs else None
+        check_logprobs("top_logprobs", k)
+        max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
         params = protocol.sampling_params(body, max_tokens=max_tokens, logprobs=k)
         n = params.n
+        builders = [_ChatChoice(token_text, k=k) for _ in range(n)]
         queue, request_ids = await run([prompt], params)
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -352,72 +420,49 @@ def create_llm_app(
             "created": int(time.time()),
             "model": model_name,
         }
-        if field(body, "stream", bool, False):
+        if body.stream:
             head = {**head, "object": "chat.completion.chunk"}
-            counts = {"completion": 0}
-            with_usage = include_usage(body)
+            completion_tokens = 0
+
+            def chunk(index: int, delta: dict, logprobs, finish_reason) -> dict[str, Any]:
+                choice = {"index": index, "delta": delta, "logprobs": logprobs}
+                choice["finish_reason"] = finish_reason
+                return {**head, "usage": None, "choices": [choice]}
 
             def chunks(d: Delta):
-                counts["completion"] += len(d.token_ids)
+                nonlocal completion_tokens
+                completion_tokens += len(d.token_ids)
                 out = []
                 if d.prompt_token_ids:  # a sequence's first delta opens its message
-                    delta = {"role": "assistant", "content": ""}
-                    out.append(
-                        {
-                            **head,
-                            "usage": None,
-                            "choices": [
-                                {
-                                    "index": d.index,
-                                    "delta": delta,
-                                    "logprobs": None,
-                                    "finish_reason": None,
-                                }
-                            ],
-                        }
-                    )
-                if d.text or d.token_ids or d.finish_reason:
-                    lp = None
-                    if k is not None and d.token_ids:
-                        lp = chat_logprobs(d.token_ids, d.logprobs, d.top_logprobs or [], k)
-                    delta = {"content": d.text} if d.text else {}
-                    out.append(
-                        {
-                            **head,
-                            "usage": None,
-                            "choices": [
-                                {
-                                    "index": d.index,
-                                    "delta": delta,
-                                    "logprobs": lp,
-                                    "finish_reason": d.finish_reason,
-                                }
-                            ],
-                        }
-                    )
+                    out.append(chunk(d.index, {"role": "assistant", "content": ""}, None, None))
+                text, lp = builders[d.index].piece(d)
+                if text or d.token_ids or d.finish_reason:
+                    delta = {"content": text} if text else {}
+                    out.append(chunk(d.index, delta, {"content": lp} if lp else None,
+                                     d.finish_reason))  # fmt: skip
                 return out
 
             def final():
-                if not with_usage:
+                if not include_usage(body):
                     return []
-                return [{**head, "choices": [], "usage": usage(len(prompt), counts["completion"])}]
+                return [{**head, "choices": [], "usage": _usage(len(prompt), completion_tokens)}]
 
             return stream(queue, request_ids, n, chunks, final)
         choices = await collect(queue, request_ids, n, n)
-        out = [
-            {
-                "index": i,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": None
-                if k is None
-                else chat_logprobs(c.token_ids, c.logprobs, c.top_logprobs, k),
-                "finish_reason": c.finish_reason,
-            }
-            for i, c in enumerate(choices)
-        ]
-        completion_tokens = sum(len(c.token_ids) for c in choices)
+        out = []
+        for i, (builder, ds) in enumerate(zip(builders, choices, strict=True)):
+            text, lp = builder.merge([builder.piece(d) for d in ds])
+            out.append(
+                {
+                    "index": i,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": lp,
+                    "finish_reason": ds[-1].finish_reason,
+                }
+            )
+        completion_tokens = sum(len(d.token_ids) for ds in choices for d in ds)
         return JSONResponse(
-            {**head, "choices": out, "usage": usage(len(prompt), completion_tokens)}
+            {**head, "choices": out, "usage": _usage(len(prompt), completion_tokens)}
         )
 
     # ------------------------------------------------------------------------ others
@@ -435,20 +480,22 @@ def create_llm_app(
 
     @app.post("/tokenize", dependencies=[Depends(authorized)])
     async def tokenize(request: Request) -> dict[str, Any]:
-        body = await json_body(request)
-        tokens = render_chat(body) if "messages" in body else encode(field(body, "prompt", str))
+        body = await parse(request, protocol.TokenizeRequest)
+        if body.messages is not None:
+            tokens = render_chat(body.messages, body.add_generation_prompt)
+        else:
+            tokens = encode(body.prompt, add_special_tokens=body.add_special_tokens)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
 
     @app.post("/detokenize", dependencies=[Depends(authorized)])
     async def detokenize(request: Request) -> dict[str, Any]:
-        body = await json_body(request)
-        tokens = field(body, "tokens", list)
+        body = await parse(request, protocol.DetokenizeRequest)
         vocab = engine.engine.model_config.vocab_size
-        if not all(isinstance(t, int) and 0 <= t < vocab for t in tokens):
-            raise BadField("tokens", f"'tokens' must be token ids in [0, {vocab})")
+        if not all(t < vocab for t in body.tokens):
+            raise InvalidFieldError("tokens", f"'tokens' must be token ids in [0, {vocab})")
         if tokenizer is None:
             raise InvalidInputError("this model has no tokenizer")
-        return {"prompt": tokenizer.decode(tokens)}
+        return {"prompt": tokenizer.decode(body.tokens)}
 
     @app.get("/health")
     async def health() -> Response:

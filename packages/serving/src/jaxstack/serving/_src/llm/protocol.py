@@ -1,116 +1,296 @@
-"""OpenAI request bodies -> prompts and SamplingParams, with errors that name the field.
+"""The OpenAI request bodies, declared once as pydantic models, and their SamplingParams.
 
-Fields follow the OpenAI API plus vLLM's extensions (top_k, min_p, repetition_penalty,
-stop_token_ids, ignore_eos). Parsing is by hand rather than through pydantic models so that a
-bad value is reported as OpenAI does: status 400 and `param` naming the field.
+Every field has its type and range here, and `parse` turns any failure into an
+`InvalidFieldError` whose `param` names the field (OpenAI's error shape), so no body reaches
+the engine malformed. Fields follow the OpenAI API plus vLLM's extensions (top_k, min_p,
+repetition_penalty, stop_token_ids, ignore_eos, min_tokens, add_special_tokens, ...).
+A null value means the field's default, as in OpenAI's API. A field this server does not
+know is refused by name, and an OpenAI field it does not implement (tools, response_format,
+...) is refused with a message saying so: a request is never answered as if a field it sent
+had been honoured.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Annotated, Any, ClassVar
 
-from jaxstack.serving._src.errors import InvalidInputError
+import pydantic
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
+
+from jaxstack.serving._src.errors import InvalidFieldError, InvalidInputError
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 
-_MISSING = object()
+_STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
+
+# OpenAI fields without an implementation here, and the one value of each that asks nothing.
+_UNSUPPORTED = {
+    "suffix": ("inserting text before a suffix is not supported", None),
+    "tools": ("tool calling is not supported", []),
+    "tool_choice": ("tool calling is not supported", "none"),
+    "parallel_tool_calls": ("tool calling is not supported", None),
+    "functions": ("function calling is not supported", []),
+    "function_call": ("function calling is not supported", "none"),
+    "response_format": ("structured output is not supported", {"type": "text"}),
+    "guided_json": ("guided decoding is not supported", None),
+    "guided_regex": ("guided decoding is not supported", None),
+    "guided_choice": ("guided decoding is not supported", None),
+    "guided_grammar": ("guided decoding is not supported", None),
+    "structured_outputs": ("guided decoding is not supported", None),
+    "audio": ("audio output is not supported", None),
+    "modalities": ("only text output is supported", ["text"]),
+    "prediction": ("predicted outputs are not supported", None),
+    "logit_bias": ("logit_bias is not supported", {}),
+    "best_of": ("best_of is not supported", None),
+}
 
 
-class BadField(InvalidInputError):
-    def __init__(self, param: str, message: str):
-        super().__init__(message)
-        self.param = param
+def _valid_text(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = text[e.start : e.end].encode("unicode_escape").decode()
+        raise ValueError(
+            f"is not valid Unicode text: it holds the lone surrogate {bad} at character "
+            f"{e.start}; send well-formed text"
+        ) from None
+    return text
 
 
-def field(body: dict[str, Any], name: str, kind, default=_MISSING):
-    """body[name] checked against `kind` (a type or tuple of types); None means default."""
-    value = body.get(name)
+Text = Annotated[str, AfterValidator(_valid_text)]
+
+
+def _is_token_id(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _prompt(value: Any) -> list[str] | list[list[int]]:
+    if isinstance(value, str):
+        return [_valid_text(value)]
+    if isinstance(value, list) and value:
+        if all(isinstance(p, str) for p in value):
+            return [_valid_text(p) for p in value]
+        if all(_is_token_id(t) for t in value):
+            return [value]
+        if all(isinstance(p, list) and p and all(_is_token_id(t) for t in p) for p in value):
+            return value
+    raise ValueError(
+        "must be a string, a non-empty list of strings, a list of token ids, or a list of "
+        "non-empty lists of token ids"
+    )
+
+
+def _stop(value: Any) -> list[str]:
+    strings = [value] if isinstance(value, str) else value
+    if not isinstance(strings, list) or not all(isinstance(s, str) and s for s in strings):
+        raise ValueError("must be a non-empty string or a list of non-empty strings")
+    return [_valid_text(s) for s in strings]
+
+
+def _content(value: Any) -> str:
+    """Message content: a string, or text parts (joined, as vLLM does for text-only models)."""
     if value is None:
-        if default is _MISSING:
-            raise BadField(name, f"'{name}' is required")
-        return default
-    kinds = kind if isinstance(kind, tuple) else (kind,)
-    if float in kinds and isinstance(value, int) and not isinstance(value, bool):
-        value = float(value)
-    if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-        names = " or ".join(k.__name__ for k in kinds)
-        raise BadField(name, f"'{name}' must be {names}, got {type(value).__name__}")
-    return value
+        return ""
+    if isinstance(value, str):
+        return _valid_text(value)
+    if isinstance(value, list):
+        texts = []
+        for i, part in enumerate(value):
+            if not (
+                isinstance(part, dict)
+                and part.get("type") == "text"
+                and isinstance(part.get("text"), str)
+                and set(part) == {"type", "text"}
+            ):
+                raise ValueError(
+                    f"part {i} is not a text part {{'type': 'text', 'text': ...}}; this "
+                    "server reads text only"
+                )
+            texts.append(_valid_text(part["text"]))
+        return "".join(texts)
+    raise ValueError("must be a string, a list of text parts, or null")
 
 
-def _stop(body: dict[str, Any]) -> list[str]:
-    stop = body.get("stop")
-    if stop is None:
-        return []
-    if isinstance(stop, str):
-        return [stop]
-    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
-        return stop
-    raise BadField("stop", "'stop' must be a string or a list of strings")
+Prompt = Annotated[list[str] | list[list[int]], PlainValidator(_prompt)]
+Stop = Annotated[list[str], PlainValidator(_stop)]
+Content = Annotated[str, PlainValidator(_content)]
+Seed = Annotated[int, Field(ge=-(2**63), lt=2**64)]  # any 64-bit seed, signed or not
+
+
+class StreamOptions(BaseModel):
+    model_config = _STRICT
+    include_usage: bool = False
+
+
+class ChatMessage(BaseModel):
+    """One turn. Fields beyond role and content (name, tool_calls, ...) reach the chat
+    template as they are."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    role: Annotated[Text, Field(min_length=1)]
+    content: Content = ""
+
+    @pydantic.model_validator(mode="after")
+    def _extra_fields_are_text(self):
+        _check_texts(self.model_extra)
+        return self
+
+
+def _check_texts(value: Any) -> None:
+    """Every string inside a JSON value is well-formed text (keys too)."""
+    if isinstance(value, str):
+        _valid_text(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_texts(key)
+            _check_texts(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_texts(item)
+
+
+class _SamplingRequest(BaseModel):
+    """The fields completions and chat completions share."""
+
+    model_config = _STRICT
+    unsupported: ClassVar[dict[str, tuple[str, Any]]] = _UNSUPPORTED
+
+    model: Text | None = None
+    n: int = Field(1, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=-1)
+    min_p: float = Field(0.0, ge=0, le=1)
+    seed: Seed | None = None
+    presence_penalty: float = Field(0.0, ge=-2, le=2)
+    frequency_penalty: float = Field(0.0, ge=-2, le=2)
+    repetition_penalty: float = Field(1.0, gt=0)
+    stop: Stop = []
+    stop_token_ids: list[Annotated[int, Field(ge=0)]] = []
+    ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: Text | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _stream_options_need_stream(self):
+        if self.stream_options is not None and not self.stream:
+            raise InvalidFieldError("stream_options", "'stream_options' needs 'stream': true")
+        return self
+
+
+class CompletionRequest(_SamplingRequest):
+    prompt: Prompt
+    max_tokens: int = Field(16, ge=0)
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0)
+    add_special_tokens: bool = True
+
+
+class ChatCompletionRequest(_SamplingRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=0)
+    max_completion_tokens: int | None = Field(None, ge=0)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    add_generation_prompt: bool = True
+
+    @pydantic.model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self):
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidFieldError("top_logprobs", "'top_logprobs' needs 'logprobs': true")
+        return self
+
+
+class TokenizeRequest(BaseModel):
+    """vLLM's /tokenize: a prompt, or chat messages rendered through the chat template."""
+
+    model_config = _STRICT
+    unsupported: ClassVar[dict[str, tuple[str, Any]]] = {}
+
+    model: Text | None = None
+    prompt: Text | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
+    add_special_tokens: bool = True
+    add_generation_prompt: bool = True
+
+    @pydantic.model_validator(mode="after")
+    def _one_input(self):
+        if (self.prompt is None) == (self.messages is None):
+            raise InvalidFieldError("prompt", "send exactly one of 'prompt' and 'messages'")
+        return self
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = _STRICT
+    unsupported: ClassVar[dict[str, tuple[str, Any]]] = {}
+
+    model: Text | None = None
+    tokens: list[Annotated[int, Field(ge=0)]]
+
+
+def parse[R: BaseModel](kind: type[R], raw: bytes) -> R:
+    """A request body checked against `kind`; any problem is an InvalidInputError naming the
+    field (`param`) when there is one."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as e:  # ValueError: bad JSON, text or int literal
+        raise InvalidInputError(f"request body is not valid JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise InvalidInputError("request body must be a JSON object")
+    body = {name: value for name, value in body.items() if value is not None}
+    for name, value in body.items():
+        if name in kind.unsupported and value != kind.unsupported[name][1]:
+            raise InvalidFieldError(name, f"'{name}': {kind.unsupported[name][0]}; remove it")
+    body = {name: value for name, value in body.items() if name not in kind.unsupported}
+    try:
+        return kind.model_validate(body)
+    except pydantic.ValidationError as e:
+        raise _field_error(e.errors(include_url=False)[0]) from None
+    except RecursionError:
+        raise InvalidInputError("request body nests too deeply; flatten it") from None
+
+
+def _field_error(error: dict[str, Any]) -> InvalidInputError:
+    loc = error["loc"]
+    if not loc:
+        return InvalidInputError(error["msg"])
+    param = str(loc[0]) + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc[1:])
+    if error["type"] == "missing":
+        return InvalidFieldError(param, f"'{param}' is required")
+    if error["type"] == "extra_forbidden":
+        return InvalidFieldError(param, f"'{param}' is not a field this server knows; remove it")
+    message = error["msg"].removeprefix("Value error, ")
+    got = repr(error.get("input"))
+    got = got if len(got) <= 60 else got[:57] + "..."
+    return InvalidFieldError(param, f"'{param}' {message[0].lower()}{message[1:]} (got {got})")
 
 
 def sampling_params(
-    body: dict[str, Any], *, max_tokens: int | None, logprobs: int | None
+    request: CompletionRequest | ChatCompletionRequest,
+    *,
+    max_tokens: int | None,
+    logprobs: int | None,
+    prompt_logprobs: int | None = None,
 ) -> SamplingParams:
-    """The sampling fields common to completions and chat completions."""
-    stop_ids = field(body, "stop_token_ids", list, [])
-    if not all(isinstance(t, int) for t in stop_ids):
-        raise BadField("stop_token_ids", "'stop_token_ids' must be a list of integers")
-    kwargs = dict(
-        n=field(body, "n", int, 1),
-        temperature=field(body, "temperature", float, 1.0),
-        top_p=field(body, "top_p", float, 1.0),
-        top_k=field(body, "top_k", int, 0),
-        min_p=field(body, "min_p", float, 0.0),
-        seed=field(body, "seed", int, None),
-        presence_penalty=field(body, "presence_penalty", float, 0.0),
-        frequency_penalty=field(body, "frequency_penalty", float, 0.0),
-        repetition_penalty=field(body, "repetition_penalty", float, 1.0),
-        ignore_eos=field(body, "ignore_eos", bool, False),
-        stop=_stop(body),
-        stop_token_ids=stop_ids,
+    """The SamplingParams of a validated request."""
+    r = request
+    return SamplingParams(
+        n=r.n,
+        temperature=r.temperature,
+        top_p=r.top_p,
+        top_k=r.top_k,
+        min_p=r.min_p,
+        seed=r.seed,
+        presence_penalty=r.presence_penalty,
+        frequency_penalty=r.frequency_penalty,
+        repetition_penalty=r.repetition_penalty,
+        ignore_eos=r.ignore_eos,
+        include_stop_str_in_output=r.include_stop_str_in_output,
+        stop=r.stop,
+        stop_token_ids=r.stop_token_ids,
         max_tokens=max_tokens,
         logprobs=logprobs,
+        prompt_logprobs=prompt_logprobs,
     )
-    try:
-        return SamplingParams(**kwargs)
-    except InvalidInputError as e:
-        raise BadField(str(e).split("=")[0], str(e)) from None
-
-
-def completion_prompts(body: dict[str, Any]) -> list[str | list[int]]:
-    """`prompt`: a string, a list of strings, a list of token ids, or a list of such lists."""
-    prompt = body.get("prompt")
-    if isinstance(prompt, str):
-        return [prompt]
-    if isinstance(prompt, list) and prompt:
-        if all(isinstance(p, str) for p in prompt):
-            return list(prompt)
-        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return [prompt]
-        if all(isinstance(p, list) and all(isinstance(t, int) for t in p) for p in prompt):
-            return list(prompt)
-    raise BadField(
-        "prompt",
-        "'prompt' must be a string, a list of strings, a list of token ids, or a list of lists "
-        "of token ids",
-    )
-
-
-def chat_messages(body: dict[str, Any]) -> list[dict[str, Any]]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadField("messages", "'messages' must be a non-empty list of {role, content}")
-    out = []
-    for i, m in enumerate(messages):
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
-            raise BadField("messages", f"messages[{i}] must be an object with a string 'role'")
-        content = m.get("content")
-        if isinstance(content, list):  # content parts: only text is served
-            texts = [p.get("text") for p in content if isinstance(p, dict)]
-            if not all(isinstance(t, str) for t in texts) or len(texts) != len(content):
-                raise BadField("messages", f"messages[{i}].content parts must be text parts")
-            content = "".join(texts)
-        if content is not None and not isinstance(content, str):
-            raise BadField("messages", f"messages[{i}].content must be a string")
-        out.append({**m, "content": content or ""})
-    return out

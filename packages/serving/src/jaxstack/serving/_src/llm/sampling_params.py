@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from jaxstack.serving._src.errors import InvalidInputError
+from jaxstack.serving._src.errors import InvalidFieldError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,7 +23,8 @@ class SamplingParams:
       top_k: keep the k most likely tokens (0 or -1: all).
       top_p: keep the smallest set of tokens whose probability sums to at least top_p.
       min_p: drop tokens less likely than min_p times the most likely one.
-      seed: makes sampling reproducible for this request, whatever else is in the batch.
+      seed: makes sampling reproducible for this request, whatever else is in the batch; any
+        64-bit integer, signed or not (the engine folds it into the sampler's 32 bits).
       max_tokens: tokens to generate at most (0: score the prompt only, see prompt_logprobs).
       stop: strings that end generation (not included in the text unless
         include_stop_str_in_output).
@@ -67,6 +68,11 @@ class SamplingParams:
             ("top_k", self.top_k >= 0, "must be >= 1, or 0/-1 for no limit"),
             ("top_p", 0 < self.top_p <= 1, "must be in (0, 1]"),
             ("min_p", 0 <= self.min_p <= 1, "must be in [0, 1]"),
+            (
+                "seed",
+                self.seed is None or (isinstance(self.seed, int) and -(2**63) <= self.seed < 2**64),
+                "must be a 64-bit integer",
+            ),
             ("max_tokens", self.max_tokens is None or self.max_tokens >= 0, "must be >= 0"),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
@@ -81,7 +87,7 @@ class SamplingParams:
         )
         for name, ok, why in checks:
             if not ok:
-                raise InvalidInputError(f"{name}={getattr(self, name)!r} {why}")
+                raise InvalidFieldError(name, f"{name}={getattr(self, name)!r} {why}")
 
     @property
     def greedy(self) -> bool:

@@ -23,8 +23,17 @@ class Status(enum.Enum):
     FINISHED = "finished"
 
 
+def sampler_seed(seed: int) -> int:
+    """A request's seed as the sampler's uint32 key seed. Seeds in [0, 2**32) stay as they
+    are (their samples do not change); any other 64-bit seed, negative ones included, is
+    hashed into that range, so no seed a client may send can overflow the sampler's array."""
+    if 0 <= seed < 2**32:
+        return seed
+    return int(np.random.SeedSequence(seed % 2**64).generate_state(1)[0])
+
+
 def derived_seed(seed: int, index: int) -> int:
-    """Sample `index` of a seeded request gets its own reproducible seed."""
+    """Sample `index` of a seeded request gets its own reproducible seed (from a folded one)."""
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
@@ -63,6 +72,7 @@ class Sequence:
         self.block_hashes: list[int] = []  # hashes of the full blocks of token_ids, in order
         self.arrival_time = time.monotonic()
         self.first_token_time: float | None = None
+        self.error: BaseException | None = None  # why the engine failed it (finish "error")
 
     @property
     def token_ids(self) -> list[int]:
