@@ -90,6 +90,20 @@ def test_chat_template_renders_like_hf_and_masks_only_assistant_replies(tmp_path
     assert learned == "4<|im_end|>\n6<|im_end|>\n"
 
 
+def test_a_model_folders_chat_template_is_found_where_transformers_looks(tmp_path):
+    assert dl.ChatTemplate.from_model_folder(tmp_path) is None  # no template: no guess
+    config = {"chat_template": CHATML, "bos_token": {"content": "<s>"}}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(config))
+    one = [{"role": "user", "content": "hi"}]
+    assert dl.ChatTemplate.from_model_folder(tmp_path).render(one).startswith("<|im_start|>")
+    # chat_template.jinja (transformers >= 4.43) wins; special tokens still come from the config
+    (tmp_path / "chat_template.jinja").write_text("{{ bos_token }}[{{ messages[0]['content'] }}]")
+    assert dl.ChatTemplate.from_model_folder(tmp_path).render(one) == "<s>[hi]"
+    (tmp_path / "chat_template.jinja").write_bytes(b"\xff\xfe")
+    with pytest.raises(dl.TokenizerError, match=r"chat_template\.jinja: cannot read"):
+        dl.ChatTemplate.from_model_folder(tmp_path)
+
+
 def test_chat_template_errors(tmp_path):
     with pytest.raises(dl.TokenizerError, match="has no 'chat_template'"):
         dl.ChatTemplate.from_tokenizer_config({"eos_token": "x"})

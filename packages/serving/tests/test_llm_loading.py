@@ -18,6 +18,7 @@ from flax import nnx
 from jaxstack import ckptlib, datalib, nnlib
 from jaxstack.serving import LLM, ConfigError, SamplingParams
 from jaxstack.serving._src.llm import cli
+from jaxstack.serving._src.llm.loading import load_model
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 # A one-layer model: the server process compiles it from scratch.
@@ -94,6 +95,23 @@ def test_hf_folder_with_tokenizer_and_chat_template(tmp_path):
     assert llm.generate([ids], GREEDY)[0].outputs[0].token_ids == reference(model, ids)
     rendered = llm.chat_template.render([{"role": "user", "content": "hi"}])
     assert rendered == "[user] hi\n[assistant]"
+
+
+def test_an_hf_folders_chat_template_is_its_own_or_the_one_given(tmp_path):
+    config = nnlib.get_preset("tiny-llama").replace(vocab_size=259)
+    folder = nnlib.save_hf_checkpoint(nnlib.Transformer(config, rngs=nnx.Rngs(0)), tmp_path / "hf")
+    # No template anywhere: none is guessed (chat requests are refused, naming --chat-template).
+    assert load_model(folder).chat_template is None
+    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "old"}))
+    (folder / "chat_template.jinja").write_text(TEMPLATE)  # transformers >= 4.43 reads it first
+    hi = [{"role": "user", "content": "hi"}]
+    assert load_model(folder).chat_template.render(hi) == "[user] hi\n[assistant]"
+    given = tmp_path / "given.jinja"
+    given.write_text("<{{ messages[0]['content'] }}>")
+    assert load_model(folder, chat_template=given).chat_template.render(hi) == "<hi>"
+    given.write_text("{% for %}")
+    with pytest.raises(ConfigError, match=r"--chat-template .*given\.jinja: chat template line"):
+        load_model(folder, chat_template=given)
 
 
 def test_bad_model_path_is_one_line_and_exit_2(tmp_path, capsys):

@@ -358,6 +358,17 @@ def test_bad_chat_requests_get_openai_errors(server, body, param, needle):
     assert needle in doc["error"]["message"]
 
 
+def test_a_model_without_a_chat_template_refuses_chat_naming_the_flag(server):
+    from fastapi.testclient import TestClient
+
+    app = create_llm_app(server.engine, model_name=MODEL, tokenizer=TOKENIZER, chat_template=None)
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    response = TestClient(app).post("/v1/chat/completions", json=body)
+    error = response.json()["error"]
+    assert (response.status_code, error["param"]) == (400, "messages")
+    assert "--chat-template" in error["message"]
+
+
 def test_requests_that_used_to_stop_the_engine_are_answered(server):
     """Seeds anywhere in 64 bits and top_k beyond int32 once raised OverflowError on the
     engine thread (every later request got 503)."""

@@ -100,6 +100,31 @@ class ChatTemplate:
                 specials[key] = value
         return cls(template, special_tokens=specials)
 
+    @classmethod
+    def from_model_folder(cls, folder: str | os.PathLike) -> ChatTemplate | None:
+        """The chat template of a Hugging Face model folder, found where transformers looks:
+        `chat_template.jinja` (the file transformers >= 4.43 writes; it wins), else
+        `tokenizer_config.json`'s `chat_template`. The special tokens come from
+        tokenizer_config.json either way. None when the folder has no template: a caller
+        must not guess a conversation format the model was never trained on."""
+        folder = pathlib.Path(folder)
+        config_file = folder / "tokenizer_config.json"
+        config: Mapping[str, Any] = {}
+        if config_file.is_file():
+            try:
+                config = json.loads(config_file.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise TokenizerError(f"{config_file}: cannot read tokenizer config ({e})") from None
+        jinja_file = folder / "chat_template.jinja"
+        if jinja_file.is_file():
+            try:
+                config = {**config, "chat_template": jinja_file.read_text(encoding="utf-8")}
+            except (OSError, UnicodeDecodeError) as e:
+                raise TokenizerError(f"{jinja_file}: cannot read the chat template ({e})") from None
+        if not config.get("chat_template"):
+            return None
+        return cls.from_tokenizer_config(config)
+
     def render(
         self, messages: Sequence[Message], *, add_generation_prompt: bool = False, **kwargs
     ) -> str:

@@ -58,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--max-n", type=int, default=128, help="the largest n a request may ask for (400 above)"
     )
+    p.add_argument(
+        "--chat-template",
+        metavar="FILE",
+        help="a Jinja chat template for /v1/chat/completions instead of the model's own "
+        "(chat_template.jinja or tokenizer_config.json); needed by an HF model without one",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--host-allocator",
@@ -90,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from jaxstack.serving._src.llm.openai_server import create_llm_app
 
     try:
-        loaded = load_model(args.model)
+        loaded = load_model(args.model, chat_template=args.chat_template)
         config = EngineConfig(
             max_model_len=args.max_model_len,
             block_size=args.block_size,

@@ -24,8 +24,10 @@ from flax import nnx
 from jaxstack import ckptlib, datalib, nnlib
 from jaxstack.serving._src.errors import ConfigError
 
-# Used when a model brings no chat template (jaxstack-trained models): ChatML's layout.
 QUANT_RECORD = "quant.json"  # written by jaxstack-quant ptq beside its checkpoint/
+# The conversation format of models trained here without an HF folder (a jaxstack-train run,
+# a ckptlib checkpoint, a jaxstack-quant output): ChatML, the layout jaxstack-rl's SFT writes
+# when it is given no template. An HF folder never gets it: its model was trained on its own.
 DEFAULT_CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
     "{{ message['content'] }}<|im_end|>\n{% endfor %}"
@@ -41,8 +43,21 @@ class LoadedModel:
     name: str
 
 
-def load_model(path: str | os.PathLike) -> LoadedModel:
-    path = pathlib.Path(path)
+def load_model(
+    path: str | os.PathLike, *, chat_template: str | os.PathLike | None = None
+) -> LoadedModel:
+    """The model, tokenizer and chat template at `path`.
+
+    Args:
+      chat_template: a Jinja chat-template file that replaces the model's own.
+    """
+    loaded = _load(pathlib.Path(path))
+    if chat_template is not None:
+        loaded.chat_template = _template_file(pathlib.Path(chat_template))
+    return loaded
+
+
+def _load(path: pathlib.Path) -> LoadedModel:
     if not path.is_dir():
         raise ConfigError(
             f"--model {path}: no such directory; pass an HF folder, a run "
@@ -50,9 +65,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         )
     if (path / "config.json").is_file():
         model = nnlib.load_hf_checkpoint(path)
-        tokenizer = _tokenizer_file(path)
-        template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
-        return LoadedModel(model, tokenizer, template, path.name)
+        return LoadedModel(model, _tokenizer_file(path), _chat_template(path), path.name)
     if (path / QUANT_RECORD).is_file():
         return _load_quantized(path)
     ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -89,8 +102,7 @@ def load_model(path: str | os.PathLike) -> LoadedModel:
         )
     nnx.update(model, params)
     tokenizer = _tokenizer_file(path) or _run_tokenizer(config)
-    template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
-    return LoadedModel(model, tokenizer, template, path.name)
+    return LoadedModel(model, tokenizer, _chat_template(path, jaxstack_made=True), path.name)
 
 
 def _load_quantized(path: pathlib.Path) -> LoadedModel:
@@ -103,8 +115,7 @@ def _load_quantized(path: pathlib.Path) -> LoadedModel:
         ) from e
     model, record = quantlib.load_quantized(path)
     tokenizer = _tokenizer_file(path) or _run_tokenizer({"data": record})  # quant.json: tokenizer
-    template = _chat_template(path) or datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
-    return LoadedModel(model, tokenizer, template, path.name)
+    return LoadedModel(model, tokenizer, _chat_template(path, jaxstack_made=True), path.name)
 
 
 def _flat_params(tree: Any) -> dict[str, np.ndarray]:
@@ -145,11 +156,24 @@ def _run_tokenizer(config: dict[str, Any]):
     return datalib.BPETokenizer.from_file(name)
 
 
-def _chat_template(path: pathlib.Path) -> datalib.ChatTemplate | None:
-    config = path / "tokenizer_config.json"
-    if not config.is_file():
-        return None
+def _chat_template(path: pathlib.Path, *, jaxstack_made: bool = False):
+    """The folder's chat template as transformers finds it; for a model made by jaxstack
+    without one, ChatML (DEFAULT_CHAT_TEMPLATE); otherwise None (chat requests get 400)."""
     try:
-        return datalib.ChatTemplate.from_tokenizer_config(config)
-    except datalib.Error:
-        return None
+        template = datalib.ChatTemplate.from_model_folder(path)
+    except datalib.Error as e:
+        raise ConfigError(f"{e}; fix the file or pass --chat-template FILE") from None
+    if template is None and jaxstack_made:
+        return datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
+    return template
+
+
+def _template_file(path: pathlib.Path) -> datalib.ChatTemplate:
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from None
+    try:
+        return datalib.ChatTemplate(source)
+    except datalib.Error as e:
+        raise ConfigError(f"--chat-template {path}: {e}") from None
