@@ -95,6 +95,15 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="module", name="http")
+def model_http(repository: Path):
+    """The model server over `repository`, behind a real uvicorn server, for one test module."""
+    server = ModelServer(repository, config=fast_config(), poll_interval_s=0).start()
+    thread = ServerThread(server)
+    yield thread
+    thread.close()
+
+
 class ServerThread:
     """A real uvicorn server for a started ModelServer, on 127.0.0.1 and a free port."""
 

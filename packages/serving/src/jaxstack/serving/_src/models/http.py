@@ -35,9 +35,6 @@ from jaxstack.serving._src.models.server import LoadedVersion, ModelServer
 
 logger = logging.getLogger("jaxstack.serving.models")
 
-# The header of the KServe binary tensor extension: the JSON part is only its first N bytes.
-_BINARY_HEADER = "inference-header-content-length"
-
 
 def _error(error: BaseException) -> JSONResponse:
     status = status_of(error)
@@ -96,7 +93,7 @@ def _health_and_metadata(server: ModelServer, app: FastAPI) -> APIRouter:
         return {
             "name": "jaxstack-serving",
             "version": version,
-            "extensions": ["model_repository_polling"],
+            "extensions": ["binary_tensor_data", "model_repository_polling"],
         }
 
     @router.get("/v2/health/live")
@@ -155,19 +152,15 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
         loaded: LoadedVersion | None = None
         try:
             number = None if version is None else _parse_version(version)
-            if _BINARY_HEADER in request.headers:
-                raise InvalidInputError(
-                    "binary tensor data is not supported; send every tensor as JSON 'data'"
-                )
-            parsed = kserve.decode_request(
-                await read_body(request, max_request_bytes, hint="send fewer rows per request")
-            )
+            body = await read_body(request, max_request_bytes, hint="send fewer rows per request")
+            parsed = kserve.decode_request(body, _header_length(request))
+            del body  # freed before the compute (binary inputs keep viewing their bytes)
             if parsed.outputs is not None:
                 _check_requested_outputs(server.resolve(model, number), parsed.outputs)
             loaded, future = server.submit(model, parsed.inputs, number)
             outputs = await asyncio.wrap_future(future)
-            body = kserve.encode_response(
-                loaded.name, loaded.version, parsed.id, outputs, parsed.outputs
+            body, header_length = kserve.encode_response(
+                loaded.name, loaded.version, outputs, parsed
             )
         except Exception as e:
             if status_of(e) == 500:
@@ -182,7 +175,13 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
             return _error(e)
         metrics.requests.labels(*_labels(loaded), "200").inc()
         metrics.latency.labels(*_labels(loaded)).observe(time.perf_counter() - start)
-        return Response(body, media_type="application/json")
+        if header_length is None:
+            return Response(body, media_type="application/json")
+        return Response(
+            body,
+            media_type="application/octet-stream",
+            headers={kserve.BINARY_HEADER: str(header_length)},
+        )
 
     @router.post("/v2/models/{model}/infer")
     async def infer_latest(model: str, request: Request) -> Response:
@@ -193,6 +192,18 @@ def _inference(server: ModelServer, max_request_bytes: int) -> APIRouter:
         return await infer(request, model, version)
 
     return router
+
+
+def _header_length(request: Request) -> int | None:
+    """The binary extension's JSON length, None when the header is absent."""
+    value = request.headers.get(kserve.BINARY_HEADER)
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise InvalidInputError(
+            f"{kserve.BINARY_HEADER} must be the JSON part's length in bytes, got {value!r}"
+        )
+    return int(value)
 
 
 def _check_requested_outputs(loaded: LoadedVersion, requested: list[str]) -> None:
