@@ -14,6 +14,8 @@ OP_NAMES = (
     "grouped_matmul",
     "quantized_matmul",
 )
+"""The ops kernlib serves, one public function each (`kernlib.attention`, ...);
+`implementations(op)` lists the backends of each."""
 
 
 def api_module(op: str) -> ModuleType:

@@ -37,6 +37,8 @@ DEFAULT_RULES: dict[str, str | tuple[str, ...] | None] = {
     "experts": "expert",
     "layers": None,
 }
+"""Logical axis -> mesh axis (or axes, or None: replicated) for every logical axis name of the
+conventions; a config's `mesh.rules` entries override single names."""
 
 
 def logical_rules(mesh_config: MeshConfig) -> dict[str, Any]:
