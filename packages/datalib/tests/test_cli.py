@@ -1,4 +1,6 @@
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -51,3 +53,22 @@ def test_errors_exit_2_with_a_message(capsys, tmp_path):
     assert "matches no files" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["nope"])
+
+
+def test_help_loads_neither_grain_nor_numpy():
+    # Grain is an extra, and `--help` of every jaxstack CLI should answer in well under 1 s.
+    code = (
+        "import sys\n"
+        "sys.modules['grain'] = None  # as if the grain extra were not installed\n"
+        "from jaxstack.datalib._src.cli import main\n"
+        "for argv in (['--help'], ['inspect', '--help'], ['bench', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit as e:\n"
+        "        assert e.code == 0, e.code\n"
+        "print(sorted(m for m in ('grain', 'numpy', 'jax') if sys.modules.get(m)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"
+    assert "first_fit" in done.stdout  # the --packing choices are listed

@@ -34,7 +34,7 @@ _EXPORTS = {
     "TokenizerError": "errors",
     "LMBatchIterator": "iterator",
     "mixture": "mixture",
-    "PACKING_METHODS": "pack",
+    "PACKING_METHODS": "packing_methods",
     "pack": "pack",
     "rows_to_batch": "pack",
     "lm_batches": "pipeline",

@@ -13,9 +13,9 @@ import sys
 import time
 from typing import Any
 
-import numpy as np
-
 import jaxstack.datalib as dl
+from jaxstack.datalib._src.errors import Error
+from jaxstack.datalib._src.packing_methods import PACKING_METHODS
 
 _FORMATS = ("auto", "text", "lines", "jsonl", "parquet", "arrayrecord")
 
@@ -71,6 +71,8 @@ def _batches(args, source, tokenizer, **overrides) -> dl.LMBatchIterator:
 
 
 def cmd_inspect(args) -> dict:
+    import numpy as np  # here, not at the top: `--help` answers without loading NumPy
+
     source, tokenizer = _source(args), _tokenizer(args)
     batches = []
     with _batches(args, source, tokenizer) as it:
@@ -97,6 +99,8 @@ def cmd_inspect(args) -> dict:
 
 
 def cmd_stats(args) -> dict:
+    import numpy as np
+
     source, tokenizer = _source(args), _tokenizer(args)
     n = len(source) if args.max_docs is None else min(len(source), args.max_docs)
     lengths, empty = [], 0
@@ -202,7 +206,7 @@ def _parser() -> argparse.ArgumentParser:
         if name != "stats":
             s.add_argument("--seq-len", type=int, default=1024)
             s.add_argument("--batch-size", type=int, default=8)
-            s.add_argument("--packing", default="first_fit", choices=dl.PACKING_METHODS)
+            s.add_argument("--packing", default="first_fit", choices=PACKING_METHODS)
             s.add_argument("--seed", type=int, default=0)
     ins = sub.choices["inspect"]
     ins.add_argument("--batches", type=int, default=16, help="batches for the efficiency")
@@ -219,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         out = args.fn(args)
-    except dl.Error as e:
+    except Error as e:
         print(f"jaxstack-data {args.command}: error: {e}", file=sys.stderr)
         return 2
     if args.json:

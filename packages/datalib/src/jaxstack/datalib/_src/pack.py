@@ -20,9 +20,9 @@ import numpy as np
 
 from jaxstack.datalib._src.errors import ConfigError
 from jaxstack.datalib._src.nojax import grain
+from jaxstack.datalib._src.packing_methods import PACKING_METHODS
 from jaxstack.datalib._src.tokenize import LEARN, TARGET, TOKEN, split_long_examples
 
-PACKING_METHODS = ("first_fit", "concat", "pad")
 DEFAULT_PACKING_BINS = 256  # measured: >= 99% non-padding at seq 1024 on the default corpus
 
 
