@@ -22,6 +22,13 @@ RewardFn = Callable[[str, str], float]
 
 @dataclasses.dataclass(frozen=True)
 class Reward:
+    """One reward of an online (GRPO/PPO) run: `fn(prompt, completion) -> float`, weighted in the
+    sum of rewards and logged under `name`.
+
+    A config names rewards as `{"module:function": weight}`; Python code may pass `Reward`s,
+    callables or `(callable, weight)` pairs (see `as_rewards`).
+    """
+
     name: str
     fn: RewardFn
     weight: float = 1.0

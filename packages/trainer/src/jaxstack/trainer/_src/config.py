@@ -78,6 +78,10 @@ class MeshConfig:
 
 @dataclasses.dataclass(frozen=True)
 class TrainSection:
+    """The `train:` section of a run config: steps, gradient accumulation, seed, loss weights,
+    buffer donation, and the host-side speed settings (attention implementation, XLA flags,
+    compile cache, host allocator, CPU matmul backend)."""
+
     steps: int = 300
     grad_accum: int = 1
     seed: int = 0
@@ -106,12 +110,19 @@ class TrainSection:
 
 @dataclasses.dataclass(frozen=True)
 class EvalSection:
+    """The `eval:` section: evaluate on the validation split every `every` steps (0: only at the
+    end), over `batches` batches."""
+
     every: int = 100  # 0 = only at the end
     batches: int = 4
 
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSection:
+    """The `checkpoint:` section: save every `every` steps (and at the final step), keep the
+    latest `max_to_keep`, save asynchronously, resume from the run directory's latest checkpoint,
+    and save then stop cleanly on SIGTERM."""
+
     enabled: bool = True
     every: int = 100  # steps; the final step is always saved
     max_to_keep: int = 2
@@ -122,6 +133,10 @@ class CheckpointSection:
 
 @dataclasses.dataclass(frozen=True)
 class LogSection:
+    """The `log:` section: the run directory, console and TensorBoard logging, the end-of-run
+    report and its text sample, the device peak behind MFU, and the steps xprof-lite profiles
+    (`profile_start`, `profile_steps`)."""
+
     run_dir: str | None = None  # default: runs/<UTC timestamp> under the working directory
     every: int = 10  # console lines / progress refresh; JSON lines get every step
     tensorboard: bool = True
@@ -131,7 +146,7 @@ class LogSection:
     sample_tokens: int = 64
     sample_temperature: float = 0.7  # 0 = greedy; sampling uses top-k 40 and train.seed
     peak_flops: float | None = None  # override the device peak used for MFU
-    profile_start: int | None = None  # trace steps from here on with xprof-lite (extra `profile`)
+    profile_start: int | None = None  # trace steps from here on into run_dir/profile (xprof-lite)
     profile_steps: int = 3
 
 

@@ -74,6 +74,18 @@ def tile_k(p: Parts) -> int:
 
 
 def dequantize(values, scales, zero_points, dtype):
+    """The dense weight [K, N] from integer codes, per-tile scales and optional zero points.
+
+    `w[k, n] = (values[k, n] - zero_points[k // tile_k, n]) * scales[k // tile_k, n]`, computed in
+    float32 and cast to `dtype`; `tile_k` is K over the number of scale rows (K for per-channel
+    scales of shape [1, N]).
+
+    Args:
+      values: the integer codes [K, N] (int4 codes unpacked).
+      scales: float [K // tile_k, N].
+      zero_points: the same shape as `scales`, in the integer domain, or None (symmetric).
+      dtype: the dtype of the result.
+    """
     k = values.shape[0]
     reps = k // scales.shape[0]
     w = values.astype(jnp.float32)

@@ -80,6 +80,20 @@ def kv_block_bytes(model_config: Any, block_size: int) -> int:
 
 
 class LLMEngine:
+    """The LLM engine's step loop over a paged KV cache with continuous batching (vLLM's design).
+
+    `add_request(prompt_token_ids, params)` queues a prompt as `params.n` sequences; each `step()`
+    schedules the running sequences, runs one jitted forward and sampling over the batch and
+    returns a `SequenceUpdate` per sequence; `abort(request_id)` cancels. A request that makes a
+    step fail finishes alone with reason "error"; the others go on. `LLM` and `jaxstack-serve`
+    are built on it.
+
+    Args:
+      model: an nnlib Transformer.
+      tokenizer: a datalib tokenizer for stop strings and text (None: token ids only).
+      config: the `EngineConfig` (batch limits, KV-cache blocks, max_model_len, seed).
+    """
+
     def __init__(
         self, model: nnx.Module, tokenizer: Any = None, config: EngineConfig = EngineConfig()
     ):

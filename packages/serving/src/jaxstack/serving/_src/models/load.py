@@ -42,6 +42,9 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Signature:
+    """The inputs and outputs of an exported model (its `signature.json`), as `TensorSpec`s in
+    call order; a request must give every input by name."""
+
     inputs: tuple[TensorSpec, ...]
     outputs: tuple[TensorSpec, ...]
 

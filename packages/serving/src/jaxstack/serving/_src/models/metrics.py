@@ -18,6 +18,15 @@ _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 class ServingMetrics:
+    """The model server's Prometheus metrics, in a registry of its own: requests by status code,
+    latency, queue and batch-compute time, rows per batch, padding rows, queue depth, loaded
+    versions and load failures, labelled by model and version. `/metrics` serves
+    `exposition()`.
+
+    Args:
+      registry: the prometheus_client registry to register into (default: a new one).
+    """
+
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
         r = self.registry
