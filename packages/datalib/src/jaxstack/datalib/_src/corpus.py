@@ -25,6 +25,8 @@ import sysconfig
 from jaxstack.datalib._src.errors import ConfigError, EmptySourceError
 
 VALIDATION_PERCENT = 5
+"""The share (in percent) of the default corpus's files in the validation split; a file's
+split is fixed by a hash of its relative path (`split_of`), so it never moves."""
 # Test suites, GUI and demo code, and packages that Debian/Ubuntu/Fedora ship separately.
 _EXCLUDED_DIRS = frozenset(
     {

@@ -18,6 +18,21 @@ from jaxstack.nnlib._src.rope import apply_rope, inverse_frequencies
 
 
 class Attention(nnx.Module):
+    """Self-attention of one decoder layer: q/k/v projections, optional q/k RMSNorm, RoPE, the
+    attention itself, then the output projection.
+
+    MHA, GQA and MQA are the same module (`num_kv_heads` divides `num_heads`). Without a cache the
+    layer's `attention_fn` runs over the whole sequence (training, prefill); with a cache, the
+    cache's own `attend` does the masked attention over cached and new tokens.
+
+    Call: `attn(x, positions, segment_ids, *, attention_fn, sliding_window, cache=None, layer=0)`
+    -> `(out, cache)`, x and out [B, T, d_model].
+
+    Args:
+      config: the ModelConfig (heads, head_dim, qkv_bias, qk_norm, RoPE, soft cap, dtypes).
+      rngs: nnx.Rngs for parameter initialisation.
+    """
+
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
         kw = dict(

@@ -22,6 +22,16 @@ import jax.numpy as jnp
 
 
 class AttentionFn(Protocol):
+    """The type of a full-sequence attention function: the contract `Transformer(attention_fn=...)`
+    takes and kernlib's `attention` implements.
+
+    `fn(q, k, v, *, segment_ids=None, causal=True, sliding_window=None, logits_soft_cap=None,
+    scale=None) -> out`, with q [B, T, num_heads, head_dim], k and v [B, T, num_kv_heads,
+    head_dim], segment_ids [B, T] int32 (0 = padding) and out shaped like q. A query attends to a
+    key only in the same non-zero segment (and not in the future when causal); padding queries
+    give exactly zero. `dot_product_attention` is the plain-XLA default.
+    """
+
     def __call__(
         self,
         q: jax.Array,

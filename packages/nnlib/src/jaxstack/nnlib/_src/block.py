@@ -17,6 +17,19 @@ from jaxstack.nnlib._src.norm import RMSNorm
 
 
 class Block(nnx.Module):
+    """One pre-norm decoder layer: `x + attn(norm(x))`, then `x + mlp(norm(x))`.
+
+    With `sandwich_norm` (Gemma 2) a norm follows each sub-block as well; MoE configs use a `MoE`
+    block in place of the `GatedMLP`.
+
+    Call: `block(x, positions, segment_ids, *, attention_fn, sliding_window, cache=None, layer=0)`
+    -> `(x, cache, aux)`, where aux holds the MoE auxiliary losses ({} for a dense MLP).
+
+    Args:
+      config: the ModelConfig.
+      rngs: nnx.Rngs for parameter initialisation.
+    """
+
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
 

@@ -95,6 +95,15 @@ def unmerge_lora(model: nnx.Module, adapters: str | os.PathLike) -> list[str]:
 
 
 def lora_state(model: nnx.Module) -> nnx.State:
+    """The LoRA adapter weights of `model` alone (its `nnx.LoRAParam` variables), as an nnx.State.
+
+    This is what a LoRA fine-tune differentiates and optimises, and what `save_lora` writes; the
+    base weights stay out of it.
+
+    Example:
+        apply_lora(model, r"attn/(q|v)_proj$", rank=8)
+        adapters = lora_state(model)  # leaves layers/0/attn/q_proj/lora/a, .../lora/b, ...
+    """
     return nnx.state(model, nnx.LoRAParam)
 
 

@@ -18,6 +18,16 @@ def activation(name: str):
 
 
 class GatedMLP(nnx.Module):
+    """The gated MLP of Llama, Qwen and Mistral (SwiGLU) or Gemma (GeGLU):
+    `down(act(gate(x)) * up(x))`, with `act` from `config.activation`.
+
+    Call: `mlp(x)` -> an array shaped like x [..., d_model].
+
+    Args:
+      config: the ModelConfig (`d_model`, `mlp_dim`, `activation`, dtypes).
+      rngs: nnx.Rngs for parameter initialisation.
+    """
+
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         from jaxstack.nnlib._src.dense import Dense
 

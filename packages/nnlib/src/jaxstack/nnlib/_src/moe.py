@@ -20,6 +20,19 @@ from jaxstack.nnlib._src.mlp import activation
 
 
 class MoE(nnx.Module):
+    """Mixture-of-experts MLP (Mixtral / Qwen-MoE style): a top-k router over `num_experts` gated
+    MLPs, dropless (no capacity, no token dropped).
+
+    Call: `moe(x, segment_ids)` -> `(y, aux)`: y shaped like x [B, T, d_model], aux the
+    auxiliary losses `moe_load_balance_loss` and `moe_router_z_loss` (over real tokens), whose
+    weights the caller chooses. `config.moe_impl` picks "ragged" (tokens sorted by expert, one
+    `jax.lax.ragged_dot` per projection) or "dense" (every expert on every token).
+
+    Args:
+      config: the ModelConfig (`num_experts`, `experts_per_token`, `router_renormalize`, ...).
+      rngs: nnx.Rngs for parameter initialisation.
+    """
+
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
         pdt, self.dtype = dtype_of(c.param_dtype), dtype_of(c.dtype)

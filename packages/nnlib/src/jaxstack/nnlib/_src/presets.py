@@ -187,4 +187,10 @@ def get_preset(name: str) -> ModelConfig:
 
 
 def list_presets() -> list[str]:
+    """The names `get_preset` accepts, sorted: the tiny test models and the published families.
+
+    Example:
+        >>> "tiny-llama" in list_presets()
+        True
+    """
     return sorted(_PRESETS)

@@ -20,23 +20,25 @@ from jaxstack.optlib._src.errors import ConfigError
 from jaxstack.optlib._src.paths import compile_regexes
 
 OPTIMIZERS = ("adamw", "adam", "lion", "adafactor", "sgd", "muon", "schedule_free_adamw")
+"""The optimiser names `OptimizerConfig(name=...)` accepts; each builds plain Optax."""
 SCHEDULES = ("constant", "warmup_cosine", "warmup_linear", "wsd", "inverse_sqrt")
+"""The learning-rate schedule names `ScheduleConfig(name=...)` accepts."""
 WSD_DECAY_SHAPES = ("linear", "cosine", "sqrt")
 
-# Parameters that get no weight decay unless `weight_decay_mask` says otherwise: normalisation
-# scales, biases and embedding tables (any path component naming them, case-insensitive).
 DEFAULT_NO_DECAY = (
     r"(?i)(^|/)[^/]*(norm|ln_)[^/]*(/|$)",
     r"(?i)(^|/)(ln|ln_f|ln\d+)(/|$)",
     r"(?i)(^|/)[^/]*bias[^/]*$",
     r"(?i)(^|/)[^/]*(embed|wte|wpe)[^/]*(/|$)",
 )
-# Parameters that muon leaves to its Adam fallback even when they are matrices: embedding tables
-# and the output head, as the muon authors recommend. Non-matrix parameters always fall back.
+"""Path regexes of the parameters that get no weight decay when `weight_decay_mask` is None:
+normalisation scales, biases and embedding tables (any path component naming them, any case)."""
 DEFAULT_MUON_EXCLUDE = (
     r"(?i)(^|/)[^/]*(embed|wte|wpe)[^/]*(/|$)",
     r"(?i)(^|/)(lm_head|output_head|head)(/|$)",
 )
+"""Path regexes of the matrices muon leaves to its Adam fallback by default: embedding tables
+and the output head, as the muon authors recommend. Non-matrix parameters always fall back."""
 
 # Optional hyperparameters each optimiser reads; setting another one is a ConfigError.
 _USES = {

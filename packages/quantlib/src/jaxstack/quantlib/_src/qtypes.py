@@ -79,6 +79,8 @@ QTYPES = {
         QType("nf4", "nf", 4, 1.0, jnp.dtype(jnp.uint8), weights_only=True),
     )
 }
+"""The supported formats by name (`QuantRule(qtype=...)`): int8, int4, fp8_e4m3, fp8_e5m2 and
+nf4 (weights only); see the module docstring for their codes and scales."""
 
 
 def get_qtype(name: str, field: str = "qtype", *, weights: bool = True) -> QType:

@@ -78,6 +78,8 @@ PRESETS: dict[str, tuple[QuantRule, ...]] = {
     "int4": (QuantRule(".*", "int4", tile_size=128),),
     "nf4": (QuantRule(".*", "nf4", tile_size=64),),
 }
+"""Named rule sets for `quantize(model, "int8")` and `--quant`: int8 weights (per channel),
+w8a8 (int8 weights and activations), int4 (tiles of 128) and nf4 (tiles of 64), all layers."""
 
 
 RULES_FILE_EXAMPLE = (

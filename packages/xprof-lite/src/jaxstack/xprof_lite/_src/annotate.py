@@ -12,8 +12,11 @@ import jax
 StepTraceAnnotation = jax.profiler.StepTraceAnnotation
 
 DATA_WAIT = "data_wait"
+"""The `host_event` kind for time spent waiting for the next batch."""
 CHECKPOINT = "checkpoint"
+"""The `host_event` kind for time spent saving a checkpoint."""
 COMPILE = "compile"
+"""The `host_event` kind for time spent compiling."""
 HOST_EVENT_KINDS = (DATA_WAIT, CHECKPOINT, COMPILE)
 
 

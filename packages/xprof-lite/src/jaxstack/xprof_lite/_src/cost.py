@@ -126,6 +126,7 @@ CONTAINERS = frozenset({"while", "conditional", "call"})
 WRAPPERS = frozenset({"fusion", "async-start"})
 ATTENTION_HINT = re.compile(r"attention|attn|flash|sdpa|splash|fmha|mha\b", re.I)
 CATEGORIES = ("matmul", "attention", "elementwise", "collective", "copy", "other")
+"""The op categories of the op profile and the roofline, in report order."""
 
 
 def _contracting(instr: Instruction, key: str, lhs: Shape) -> int:

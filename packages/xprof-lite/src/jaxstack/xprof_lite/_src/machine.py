@@ -35,6 +35,8 @@ from jaxstack.xprof_lite._src.errors import Error
 # x86 flags that change which matmul kernels XLA and oneDNN pick.
 VECTOR_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16")
 HOST_ALLOCATORS = ("auto", "retain", "system")
+"""The modes of `set_host_allocator`: "auto" (the CPU flags' guess), "retain" (keep freed
+host memory mapped) and "system" (malloc as it is)."""
 
 # mallopt(3) parameter numbers from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1

@@ -30,6 +30,9 @@ def compiled_memory(fn, *args, **kwargs) -> dict[str, int]:
 
 @dataclasses.dataclass(frozen=True)
 class LiveArray:
+    """One live device array from `live_arrays`: where it came from (its path in the `named`
+    tree, else the line that created it), shape, dtype, size in bytes and devices."""
+
     origin: str
     shape: tuple[int, ...]
     dtype: str

@@ -16,6 +16,10 @@ from jaxstack.xprof_lite._src.peak import DevicePeak
 
 @dataclasses.dataclass(frozen=True)
 class RooflinePoint:
+    """One op on the roofline: its FLOPs, bytes and arithmetic intensity (FLOPs per byte),
+    whether it is compute- or memory-bound at the device peak, the attainable FLOP/s and ideal
+    time there, and (when the trace timed it) the achieved FLOP/s, bytes/s and fraction of ideal."""
+
     op: str
     category: str
     flops: float

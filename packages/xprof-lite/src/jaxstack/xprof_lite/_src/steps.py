@@ -32,6 +32,9 @@ class StepWindow:
 
 @dataclasses.dataclass(frozen=True)
 class StepBreakdown:
+    """Where one annotated step's wall time went, in milliseconds: compile, checkpoint, data wait
+    and compute (the rest), plus `device_busy_ms`, the time HLO ops ran inside the step."""
+
     step: int
     name: str
     total_ms: float
