@@ -1,4 +1,6 @@
 import importlib.metadata
+import subprocess
+import sys
 
 import pytest
 from ckptlib_testutil import make_state
@@ -106,3 +108,19 @@ def test_ls_says_what_it_checked_and_verify_finds_flipped_bits(run_dir, capsys):
     assert main(["ls", "--verify", str(run_dir)]) == 1
     out = capsys.readouterr().out
     assert "10  ok" in out and "20  DAMAGED" in out and "sha256" in out
+
+
+def test_help_loads_neither_numpy_nor_jax():
+    # `--help` of every jaxstack CLI should answer in well under 1 s (benchmarks/cli).
+    code = (
+        "import sys\n"
+        "from jaxstack.ckptlib._src.cli import main\n"
+        "try:\n"
+        "    main(['--help'])\n"
+        "except SystemExit as e:\n"
+        "    assert e.code == 0, e.code\n"
+        "print(sorted(m for m in ('numpy', 'jax', 'orbax') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == "[]"

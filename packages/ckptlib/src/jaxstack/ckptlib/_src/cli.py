@@ -18,8 +18,6 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
-
 from jaxstack.ckptlib._src.catalog import (
     list_checkpoints,
     missing_checkpoints_message,
@@ -67,6 +65,8 @@ def _ls(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    import numpy as np  # here, not at the top: `--help` and `ls` answer without loading NumPy
+
     manifest = read_manifest(args.directory, args.step)
     total = 0
     rows = []
