@@ -41,6 +41,15 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The `jaxstack-rl` command: `jaxstack-rl <sft|dpo|orpo|grpo|ppo> --config NAME [k=v ...]`,
+    `jaxstack-rl recipe NAME` or `jaxstack-rl --list-configs` (see the module docstring).
+
+    Args:
+      argv: the arguments after the program name (default: `sys.argv[1:]`).
+
+    Returns:
+      The exit status: 0 on success, 2 for an error the user can fix (printed as one line).
+    """
     parser = _parser()
     # Overrides may come before or after the options (argparse stops a "*" positional at the
     # first option), so leftovers of the form key=value are overrides too.
