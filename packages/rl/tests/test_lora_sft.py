@@ -127,6 +127,7 @@ def test_qlora_sft_trains_adapters_over_an_nf4_base(tmp_path, tiny, write_jsonl)
     assert result.summary["final_loss"] < result.summary["first_loss"]
     adapters = tmp_path / "run" / "adapters.safetensors"
     assert adapters.is_file() and not (tmp_path / "run" / "model").exists()
+    assert (tmp_path / "run" / "adapter" / "adapter_model.safetensors").is_file()  # PEFT's too
     with pytest.raises(rl.ConfigError, match="QLoRA"):
         rl.load_config("grpo", None, ["lora.rank=4", "lora.quantize=nf4"])
 

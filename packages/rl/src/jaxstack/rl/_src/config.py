@@ -174,6 +174,9 @@ class RLConfig:
         if algorithm not in ALGORITHMS:
             raise ConfigError(f"algorithm={algorithm!r}; use one of {', '.join(ALGORITHMS)}")
         ours = {s: build_section(s, c, tree.pop(s, None) or {}) for s, c in SECTIONS.items()}
+        if ours["init"].hf and "tokenizer" not in (tree.get("data") or {}):
+            # The model's own tokenizer: its ids are the ones the weights were trained on.
+            tree["data"] = {**(tree.get("data") or {}), "tokenizer": ours["init"].hf}
         roles = _build_roles(tree.pop("roles", None) or {})
         rewards = tree.pop("rewards", None) or {}
         if not isinstance(rewards, Mapping) or not all(

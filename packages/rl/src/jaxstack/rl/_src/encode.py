@@ -1,10 +1,14 @@
 """Records to token arrays: chat rendering, prompt/completion masks, padded sequence batches.
 
-Conversations are rendered by datalib's `ChatTemplate` (an HF tokenizer_config's template, or
-`DEFAULT_CHAT_TEMPLATE`) and masked so that only assistant tokens are learned. A sequence batch
-holds one prompt + completion per row, left-aligned and padded, in the project's batch
-convention (`tokens`, `targets`, `segment_ids`, `positions`, `loss_mask`), where `loss_mask` is 1
-exactly on the targets that are completion tokens (the end-of-sequence token included).
+One rule for every stage: a completion is the tokens the model emits after its prompt, ending
+in end-of-sequence. For a conversation the prompt is the chat template's rendering up to the
+generation prompt and the completion is what the template adds for the assistant's reply (the
+reply and its end-of-turn marker), then `eos`; SFT learns exactly these tokens, DPO and ORPO
+score them, and GRPO and PPO prompt the engine with the same prompt tokens. Conversations are
+rendered by datalib's `ChatTemplate` (the tokenizer folder's template, or
+`DEFAULT_CHAT_TEMPLATE`). A sequence batch holds one prompt + completion per row, left-aligned
+and padded, in the project's batch convention (`tokens`, `targets`, `segment_ids`, `positions`,
+`loss_mask`), where `loss_mask` is 1 exactly on the targets that are completion tokens.
 """
 
 from __future__ import annotations
@@ -36,25 +40,67 @@ class Encoder:
 
         return tokenize_text(self.tokenizer, text)
 
-    def _head(self) -> np.ndarray:
+    def _with_bos(self, ids: np.ndarray) -> np.ndarray:
+        """`bos` first, unless there is none or the text (a template's `bos_token`) has it."""
         bos = self.tokenizer.bos_id
-        return np.asarray([] if bos is None else [bos], np.int32)
+        if bos is None or (len(ids) and ids[0] == bos):
+            return np.asarray(ids, np.int32)
+        return np.concatenate([[bos], ids]).astype(np.int32)
+
+    def _with_eos(self, ids: np.ndarray) -> np.ndarray:
+        eos = self.tokenizer.eos_id
+        if len(ids) and ids[-1] == eos:
+            return np.asarray(ids, np.int32)
+        return np.concatenate([ids, [eos]]).astype(np.int32)
+
+    def prompt_text(self, prompt: str | Messages) -> str:
+        """The text a completion follows: the string, or the conversation rendered with the
+        generation prompt."""
+        if isinstance(prompt, str):
+            return prompt
+        return self.template.render(prompt, add_generation_prompt=True)
 
     def prompt(self, prompt: str | Messages) -> np.ndarray:
-        """Token ids a completion is generated after: bos, then the prompt text (a
-        conversation is rendered with the generation prompt)."""
-        if not isinstance(prompt, str):
-            prompt = self.template.render(prompt, add_generation_prompt=True)
-        return np.concatenate([self._head(), self._ids(prompt)])
+        """Token ids a completion is generated after: bos, then the prompt text."""
+        return self._with_bos(self._ids(self.prompt_text(prompt)))
 
-    def completion(self, completion: str) -> np.ndarray:
-        """The completion's ids followed by end-of-sequence, which the model learns to emit."""
-        return np.concatenate([self._ids(completion), [self.tokenizer.eos_id]]).astype(np.int32)
+    def completion_text(self, prompt: str | Messages, completion: str | Messages) -> str:
+        """The completion as text: the string, or what the template renders for the assistant
+        messages after the conversational prompt (reply plus end-of-turn)."""
+        if isinstance(prompt, str):
+            if not isinstance(completion, str):
+                raise ConfigError("a string prompt takes a string completion")
+            return completion
+        if isinstance(completion, str):
+            completion = [{"role": "assistant", "content": completion}]
+        head = self.template.render(prompt, add_generation_prompt=True)
+        full = self.template.render([*prompt, *completion])
+        if not full.startswith(head):
+            raise ConfigError(
+                "the chat template is not prefix-stable: the conversation with its reply does "
+                "not start with the prompt rendered with the generation prompt, so the reply's "
+                "tokens cannot be located; use a template that is (set sft.chat_template)"
+            )
+        return full[len(head) :]
+
+    def completion(
+        self, completion: str | Messages, prompt: str | Messages | None = None
+    ) -> np.ndarray:
+        """The completion's ids followed by end-of-sequence, which the model learns to emit;
+        after a conversational `prompt`, the template's rendering of the reply."""
+        text = self.completion_text("" if prompt is None else prompt, completion)
+        return self._with_eos(self._ids(text))
 
     def sft_document(self, record: SftRecord, train_on: str = "assistant") -> dict[str, np.ndarray]:
         """{"tokens", "loss_mask"} for datalib's `lm_batches` (pre-tokenized documents)."""
+        if record.text is not None:
+            tokens = self._with_eos(self._with_bos(self._ids(record.text)))
+            mask = np.ones(len(tokens), np.int32)
+            mask[0] = 0 if tokens[0] == self.tokenizer.bos_id else 1
+            return {"tokens": tokens, "loss_mask": mask}
         if record.messages is None:
-            prompt, completion = self.prompt(record.prompt), self.completion(record.completion)
+            prompt = self.prompt(record.prompt)
+            completion = self.completion(record.completion, record.prompt)
             learn_prompt = 1 if train_on == "all" else 0
             mask = [
                 np.full(len(prompt), learn_prompt, np.int32),
@@ -65,13 +111,15 @@ class Encoder:
                 "loss_mask": np.concatenate(mask),
             }
         encoded = self.template.encode(record.messages, self.tokenizer, train_on=train_on)
-        tail = [self.tokenizer.eos_id] if record.messages[-1]["role"] == "assistant" else []
-        head = self._head()
-        tokens = np.concatenate([head, encoded["tokens"], tail]).astype(np.int32)
-        mask = np.concatenate(
-            [np.zeros(len(head), np.int32), encoded["loss_mask"], np.ones(len(tail), np.int32)]
-        )
-        return {"tokens": tokens, "loss_mask": mask}
+        tokens, mask = encoded["tokens"], encoded["loss_mask"]
+        with_bos = self._with_bos(tokens)
+        mask = np.concatenate([np.zeros(len(with_bos) - len(tokens), np.int32), mask])
+        tokens = with_bos
+        if record.messages[-1]["role"] == "assistant":
+            with_eos = self._with_eos(tokens)
+            mask = np.concatenate([mask, np.ones(len(with_eos) - len(tokens), np.int32)])
+            tokens = with_eos
+        return {"tokens": tokens.astype(np.int32), "loss_mask": mask.astype(np.int32)}
 
 
 def sequence_batch(

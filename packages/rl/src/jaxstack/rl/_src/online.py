@@ -26,7 +26,7 @@ import numpy as np
 
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
+from jaxstack.rl._src.encode import sequence_batch
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.logprobs import token_logprobs
 from jaxstack.rl._src.placement import Placement, place_roles
@@ -58,16 +58,13 @@ class Rollouter:
         rewards: Sequence[Reward],
         roles: Mapping[str, Placement],
     ):
-        encoder = Encoder(policy.tokenizer, build_chat_template(config.sft.chat_template))
+        encoder = policy.encoder()
         prompts = read_prompts(require_data(config))
         self.config = config
         self.policy = policy
         self.encoder = encoder
         self.rewards = rewards
-        self.texts = [
-            p if isinstance(p, str) else encoder.template.render(p, add_generation_prompt=True)
-            for p in prompts
-        ]
+        self.texts = [encoder.prompt_text(p) for p in prompts]
         self.prompt_ids = [encoder.prompt(p) for p in prompts]
         longest = max(len(p) for p in self.prompt_ids)
         seq_len = config.base.data.seq_len

@@ -18,19 +18,6 @@ from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.errors import ConfigError
 
 
-def build_tokenizer(name: str) -> Any:
-    """datalib's ByteTokenizer ("byte"), or the tokenizer JSON file at `name`."""
-    from jaxstack import datalib
-
-    if name == "byte":
-        return datalib.ByteTokenizer()
-    if not pathlib.Path(name).is_file():
-        raise ConfigError(
-            f"data.tokenizer={name!r}: no such tokenizer file; use 'byte' or a tokenizer.json"
-        )
-    return datalib.BPETokenizer.from_file(name)
-
-
 def model_config(config: RLConfig, vocab_size: int) -> Any:
     """nnlib ModelConfig from `model.preset` and the other `model.*` fields; the vocabulary
     follows the tokenizer unless `model.vocab_size` is given."""
@@ -90,6 +77,13 @@ class Policy:
     params: Any
     lora: bool
     quantized: bool = False
+    assets: Any = None  # hf_folder.TokenizerAssets: template and files for exported folders
+
+    def encoder(self) -> Any:
+        """The records-to-tokens encoder every stage uses (this tokenizer, this template)."""
+        from jaxstack.rl._src.encode import Encoder
+
+        return Encoder(self.tokenizer, self.assets.template)
 
     def served_params(self, params: Any) -> Any:
         """Weights for an engine serving the model without adapters (LoRA merged in)."""
@@ -134,14 +128,13 @@ def quantized_base(model: nnx.Module, qtype: str, tile: int) -> nnx.Module:
 def build_policy(config: RLConfig) -> Policy:
     """Tokenizer, model with the `init` weights, LoRA adapters when `lora.rank > 0`."""
     from jaxstack import nnlib
+    from jaxstack.rl._src.hf_folder import check_vocabulary, load_tokenizer_assets
 
-    tokenizer = build_tokenizer(config.base.data.tokenizer)
+    assets = load_tokenizer_assets(config.base.data.tokenizer, config.sft.chat_template)
+    tokenizer = assets.tokenizer
     model = load_base_model(config, tokenizer.vocab_size)
-    if model.config.vocab_size < tokenizer.vocab_size:
-        raise ConfigError(
-            f"the model's vocab_size={model.config.vocab_size} is smaller than the tokenizer's "
-            f"({tokenizer.vocab_size})"
-        )
+    where = f"init.hf={config.init.hf!r}" if config.init.hf else "the model"
+    check_vocabulary(tokenizer, model.config.vocab_size, where=where)
     lora = config.lora.rank > 0
     if config.lora.quantize is not None:
         model = quantized_base(model, config.lora.quantize, config.lora.quantize_tile)
@@ -157,4 +150,4 @@ def build_policy(config: RLConfig) -> Policy:
         if not adapted:
             raise ConfigError(f"lora.pattern={config.lora.pattern!r} matches no Dense layer")
     apply, params = nnlib.as_function(model, wrt=nnx.LoRAParam if lora else nnx.Param)
-    return Policy(model, tokenizer, apply, params, lora, config.lora.quantize is not None)
+    return Policy(model, tokenizer, apply, params, lora, config.lora.quantize is not None, assets)

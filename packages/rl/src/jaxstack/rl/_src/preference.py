@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
+from jaxstack.rl._src.encode import sequence_batch
 from jaxstack.rl._src.logprobs import sequence_logprobs, token_logprobs
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_preference_records
@@ -32,11 +32,11 @@ from jaxstack.rl._src.sft import export_model, require_data
 def encode_pairs(config: RLConfig, policy: Policy) -> dict[str, np.ndarray]:
     """All pairs as [N, T] arrays: `chosen_*` and `rejected_*` batch keys side by side."""
     records = read_preference_records(require_data(config))
-    encoder = Encoder(policy.tokenizer, build_chat_template(config.sft.chat_template))
+    encoder = policy.encoder()
     prompts = [encoder.prompt(r.prompt) for r in records]
     out = {}
     for side in ("chosen", "rejected"):
-        completions = [encoder.completion(getattr(r, side)) for r in records]
+        completions = [encoder.completion(getattr(r, side), r.prompt) for r in records]
         rows = sequence_batch(
             prompts, completions, config.base.data.seq_len, policy.tokenizer.pad_id
         )

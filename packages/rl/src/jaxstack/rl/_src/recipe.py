@@ -19,7 +19,6 @@ from jaxstack.rl._src import arithmetic
 from jaxstack.rl._src.config import load_config, write_atomic
 from jaxstack.rl._src.encode import Encoder, build_chat_template
 from jaxstack.rl._src.online import grpo
-from jaxstack.rl._src.policy import build_tokenizer
 from jaxstack.rl._src.sft import sft
 
 _OPERATIONS = {"addition": "+", "multiplication": "*"}
@@ -42,9 +41,10 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Greedy exact-match accuracy (`accuracy`) of the HF-layout model at `path`, on the
     serving engine."""
+    from jaxstack import datalib
     from jaxstack.serving import LLM, SamplingParams
 
-    tokenizer = build_tokenizer("byte")
+    tokenizer = datalib.ByteTokenizer()
     encoder = Encoder(tokenizer, build_chat_template(None))
     llm = LLM(str(path), tokenizer, max_num_seqs=64)
     outputs = llm.generate(

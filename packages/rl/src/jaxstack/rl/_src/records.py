@@ -1,13 +1,19 @@
-"""Reading chat, prompt-completion, preference and prompt records from JSON Lines files.
+"""Reading SFT, preference and prompt records from JSON Lines files, in TRL's dataset formats.
 
 Every record is checked when the file is read, before any model is built, so a bad one is
-reported as `path:line: what is wrong` (a `RecordError`) instead of failing mid-run. Formats
-follow TRL's dataset formats:
+reported as `path:line: what is wrong` (a `RecordError`) instead of failing mid-run. A record is
+*standard* (strings) or *conversational* (lists of `{"role", "content"}` messages, rendered with
+the chat template); the types TRL names are accepted:
 
-- SFT: `{"messages": [{"role": ..., "content": ...}, ...]}` (conversational, rendered with the
-  chat template) or `{"prompt": str, "completion": str}`.
-- Preferences (DPO, ORPO): `{"prompt": str | messages, "chosen": str, "rejected": str}`.
-- Prompts (GRPO, PPO): `{"prompt": str | messages}`; other keys are ignored.
+- SFT: language modeling `{"text"}` or `{"messages"}`; prompt-completion `{"prompt",
+  "completion"}` (two strings, or two message lists, the completion the assistant's).
+- Preferences (DPO, ORPO): `{"prompt", "chosen", "rejected"}` (explicit prompt), or `{"chosen",
+  "rejected"}` whose shared beginning is the prompt (implicit prompt, as TRL's
+  `extract_prompt` splits it). A conversational prompt may have string completions: each is
+  then the assistant's reply.
+- Prompts (GRPO, PPO): prompt-only `{"prompt"}` (a string or messages); other keys are ignored.
+
+Anything else is an error naming the fields the format expects.
 """
 
 from __future__ import annotations
@@ -26,18 +32,23 @@ Messages = list[dict[str, str]]
 
 @dataclasses.dataclass(frozen=True)
 class SftRecord:
-    """One SFT example: a conversation, or a prompt with its completion."""
+    """One SFT example: a conversation (`messages`), a text (`text`), or a prompt with its
+    completion (both strings, or both message lists)."""
 
     messages: Messages | None = None
-    prompt: str | None = None
-    completion: str | None = None
+    prompt: str | Messages | None = None
+    completion: str | Messages | None = None
+    text: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
 class PreferenceRecord:
+    """A prompt and two completions; conversational when `prompt` is a message list, and then
+    `chosen` and `rejected` are lists of assistant messages."""
+
     prompt: str | Messages
-    chosen: str
-    rejected: str
+    chosen: str | Messages
+    rejected: str | Messages
 
 
 def _lines(path: str | pathlib.Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -111,34 +122,70 @@ def _messages(value: Any, path: str, line: int, *, need_assistant: bool) -> Mess
 
 
 def _prompt(record: dict[str, Any], path: str, line: int) -> str | Messages:
-    if isinstance(record.get("prompt"), list):
+    if "prompt" not in record:
+        raise RecordError(
+            f"a prompt record needs 'prompt', a string or a list of messages (has "
+            f"{sorted(record)})",
+            path=path,
+            line=line,
+        )
+    if isinstance(record["prompt"], list):
         return _messages(record["prompt"], path, line, need_assistant=False)
     return _string(record, "prompt", path, line)
+
+
+def _completion(value: Any, key: str, conversational: bool, path: str, line: int):
+    """A completion after a prompt: a string, or (after a conversational prompt) assistant
+    messages; a string after a conversational prompt becomes the assistant's message."""
+    if conversational and isinstance(value, str):
+        return [{"role": "assistant", "content": value}]
+    if conversational and isinstance(value, list):
+        messages = _messages(value, path, line, need_assistant=False)
+        if any(m["role"] != "assistant" for m in messages):
+            raise RecordError(
+                f"{key!r} may hold only assistant messages (the prompt holds the rest)",
+                path=path,
+                line=line,
+            )
+        return messages
+    if isinstance(value, str):
+        return value
+    raise RecordError(
+        f"field {key!r} is {type(value).__name__}, expected a string (after a string prompt; a "
+        "conversational prompt, a list of messages, takes message lists)",
+        path=path,
+        line=line,
+    )
 
 
 def read_sft_records(path: str | pathlib.Path) -> list[SftRecord]:
     """SFT records of a JSONL file; raises `RecordError` at the first malformed one."""
     out = []
     for line, record in _lines(path):
+        where = {"path": str(path), "line": line}
         if "messages" in record:
-            out.append(
-                SftRecord(
-                    messages=_messages(record["messages"], str(path), line, need_assistant=True)
+            messages = _messages(record["messages"], str(path), line, need_assistant=True)
+            out.append(SftRecord(messages=messages))
+        elif "prompt" in record and "completion" in record:
+            prompt = _prompt(record, str(path), line)
+            conversational = isinstance(prompt, list)
+            if conversational != isinstance(record["completion"], list):
+                raise RecordError(
+                    "'prompt' and 'completion' must both be strings (standard) or both lists "
+                    "of messages (conversational)",
+                    **where,
                 )
+            completion = _completion(
+                record["completion"], "completion", conversational, str(path), line
             )
-        elif "prompt" in record or "completion" in record:
-            out.append(
-                SftRecord(
-                    prompt=_string(record, "prompt", str(path), line),
-                    completion=_string(record, "completion", str(path), line),
-                )
-            )
+            out.append(SftRecord(prompt=prompt, completion=completion))
+        elif "text" in record:
+            out.append(SftRecord(text=_string(record, "text", str(path), line)))
         else:
             raise RecordError(
-                "an SFT record needs 'messages', or 'prompt' and 'completion' "
-                f"(has {sorted(record)})",
-                path=str(path),
-                line=line,
+                "an SFT record needs 'messages' or 'text' (language modeling), or 'prompt' and "
+                f"'completion' (prompt-completion); it has {sorted(record)}",
+                **where,
             )
     return out
 
@@ -147,11 +194,50 @@ def read_preference_records(path: str | pathlib.Path) -> list[PreferenceRecord]:
     """(prompt, chosen, rejected) records of a JSONL file; `RecordError` on a malformed one."""
     out = []
     for line, record in _lines(path):
+        if "chosen" not in record or "rejected" not in record:
+            raise RecordError(
+                "a preference record needs 'chosen' and 'rejected', with 'prompt' (explicit "
+                f"prompt) or without it (the prompt is their shared beginning); it has "
+                f"{sorted(record)}",
+                path=str(path),
+                line=line,
+            )
+        if "prompt" not in record:
+            record = _implicit_prompt(record, str(path), line)
         prompt = _prompt(record, str(path), line)
-        chosen = _string(record, "chosen", str(path), line)
-        rejected = _string(record, "rejected", str(path), line)
+        conversational = isinstance(prompt, list)
+        chosen = _completion(record["chosen"], "chosen", conversational, str(path), line)
+        rejected = _completion(record["rejected"], "rejected", conversational, str(path), line)
         out.append(PreferenceRecord(prompt, chosen, rejected))
     return out
+
+
+def _implicit_prompt(record: dict[str, Any], path: str, line: int) -> dict[str, Any]:
+    """TRL's `extract_prompt`: the longest shared beginning of chosen and rejected (characters
+    of strings, messages of conversations) is the prompt, less a space it ends on."""
+    chosen, rejected = record["chosen"], record["rejected"]
+    if isinstance(chosen, list) and isinstance(rejected, list):
+        chosen = _messages(chosen, path, line, need_assistant=True)
+        rejected = _messages(rejected, path, line, need_assistant=True)
+    elif not (isinstance(chosen, str) and isinstance(rejected, str)):
+        raise RecordError(
+            "'chosen' and 'rejected' must both be strings or both lists of messages",
+            path=path,
+            line=line,
+        )
+    n = 0
+    while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+        n += 1
+    if isinstance(chosen, str) and n and chosen[n - 1] == " ":
+        n -= 1
+    if n == 0 or n == min(len(chosen), len(rejected)):
+        raise RecordError(
+            "without 'prompt', 'chosen' and 'rejected' must share a beginning (the prompt) and "
+            "then differ; add a 'prompt' field",
+            path=path,
+            line=line,
+        )
+    return {"prompt": chosen[:n], "chosen": chosen[n:], "rejected": rejected[n:]}
 
 
 def read_prompts(path: str | pathlib.Path) -> list[str | Messages]:

@@ -7,12 +7,12 @@ records (checked, file:line errors) -> ChatTemplate.encode (assistant-only loss_
 
 from __future__ import annotations
 
+import pathlib
 from typing import Any
 
 import jax
 
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import Encoder, build_chat_template
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.policy import build_policy
 from jaxstack.rl._src.records import read_sft_records
@@ -48,7 +48,7 @@ def sft(
 
     records = read_sft_records(require_data(config))
     policy = build_policy(config)
-    encoder = Encoder(policy.tokenizer, build_chat_template(config.sft.chat_template))
+    encoder = policy.encoder()
     documents = [encoder.sft_document(r, config.sft.train_on) for r in records]
     data = config.base.data
     batches = datalib.lm_batches(
@@ -108,18 +108,39 @@ def evaluation_sampler(config: RLConfig, policy: Any) -> Any:
 
 
 def export_model(policy: Any, params: Any, run: Run) -> None:
-    """The trained model, adapters merged, as an HF folder `run_dir/model` (`init.hf` of a
-    following stage, or `LLM(run_dir/model)`). Over a quantised (QLoRA) base only the adapters
-    are written, to `run_dir/adapters.safetensors` (`nnlib.load_lora` onto the same base)."""
+    """The trained model as a complete HF folder `run_dir/model` (adapters merged; config.json
+    with the special-token ids, generation_config.json, tokenizer files, chat template): the
+    `init.hf` of a following stage, or what transformers, vLLM and `LLM(run_dir/model)` load.
+    A LoRA run also writes its adapters in PEFT's layout to `run_dir/adapter`. Over a quantised
+    (QLoRA) base only the adapters are written: `run_dir/adapter` and
+    `run_dir/adapters.safetensors` (`nnlib.load_lora` onto the same base)."""
     from flax import nnx
 
     from jaxstack import nnlib
+    from jaxstack.rl._src.hf_folder import write_adapter_folder
 
     model = nnx.clone(policy.model)
     nnx.update(model, params)
+    assets = policy.assets
+    if policy.lora:
+        init_hf = run.config.init.hf
+        base = str(pathlib.Path(init_hf).resolve()) if init_hf else None
+        try:
+            path = write_adapter_folder(
+                model, run.dir / "adapter", base_model=base, files=assets.files
+            )
+            run.log.info(f"PEFT adapter: {path}")
+        except ConfigError as e:
+            run.log.info(f"no PEFT adapter written: {e}")
     if policy.quantized:
         nnlib.save_lora(model, run.dir / "adapters.safetensors")
         run.log.info(f"adapters: {run.dir / 'adapters.safetensors'}")
         return
-    path = nnlib.save_hf_checkpoint(model, run.dir / "model")
+    path = nnlib.save_hf_checkpoint(
+        model,
+        run.dir / "model",
+        special_token_ids=assets.special_token_ids(),
+        generation_config=assets.generation_config,
+        files=assets.files,
+    )
     run.log.info(f"model: {path}")
