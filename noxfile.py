@@ -38,6 +38,9 @@ TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
 INTEGRATION_TOOLS = [*TEST_TOOLS, "openai"]
 DOCS_TOOLS = ["mkdocs==1.6.1", "mkdocstrings-python==2.0.11", "markdown-exec==1.12.6"]
 JAX_BACKEND_EXTRAS = {"cpu": None, "gpu": "jax[cuda13]", "tpu": "jax[tpu]"}
+# The TPU compiler for ahead-of-time checks on CPU machines: the libtpu that jax 0.12 expects.
+LIBTPU = "libtpu==0.0.51"
+TPU_AOT_TESTS = ["packages/kernlib/tests/test_tpu_aot.py"]
 
 
 def lock_constraints(session: nox.Session) -> str:
@@ -133,6 +136,17 @@ def integration(session: nox.Session, backend: str) -> None:
         *session.posargs,
         env={"JAXSTACK_TEST_BACKEND": backend, "JAX_PLATFORMS": backend},
     )
+
+
+@nox.session
+def tpu_aot(session: nox.Session) -> None:
+    """Every TPU path compiled ahead of time, on this CPU machine, for v5e, v5p and v6e chips by
+    the real TPU compiler (libtpu next to the locked jax; nothing runs on a chip): each kernlib
+    Mosaic kernel forward and backward. A compile failure fails the session."""
+    packages = closure("kernlib", with_test_extra=True)
+    install_packages(session, packages, *TEST_TOOLS, LIBTPU)
+    env = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "JAXSTACK_REQUIRE_LIBTPU": "1"}
+    session.run("pytest", *TPU_AOT_TESTS, *PYTEST_DEFAULT, *session.posargs, env=env)
 
 
 @nox.session

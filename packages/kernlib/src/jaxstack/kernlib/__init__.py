@@ -15,6 +15,14 @@ from typing import Any
 # public name -> the module (under the package) that defines it. Imported on first use (PEP 562),
 # so that importing jaxstack.kernlib, or a command's --help, does not import JAX.
 _EXPORTS = {
+    "AotCase": "_src.aot_cases",
+    "AotResult": "_src.aot",
+    "TPU_TARGETS": "_src.aot",
+    "TpuTarget": "_src.aot",
+    "aot_cases": "_src.aot_cases",
+    "aot_compile": "_src.aot",
+    "target_device": "_src.aot",
+    "tpu_devices": "_src.aot",
     "autotune": "_src.autotune",
     "ConfigError": "_src.errors",
     "Error": "_src.errors",

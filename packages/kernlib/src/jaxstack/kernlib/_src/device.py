@@ -1,12 +1,23 @@
-"""Facts about the device JAX computes on: the keys of implementation choice and tuning."""
+"""Facts about the device JAX computes on: the keys of implementation choice and tuning.
+
+Normally the default device. Inside `aot.target_device(d)` it is `d` instead (a TPU device from
+a topology description, say), so that dispatch chooses, and tuning looks up, for the chip a
+program is being compiled for rather than for the CPU that compiles it.
+"""
 
 from __future__ import annotations
 
+import contextvars
+
 import jax
+
+_TARGET: contextvars.ContextVar[jax.Device | None] = contextvars.ContextVar(
+    "jaxstack_kernlib_target_device", default=None
+)
 
 
 def default_device() -> jax.Device:
-    return jax.devices()[0]
+    return _TARGET.get() or jax.devices()[0]
 
 
 def platform() -> str:

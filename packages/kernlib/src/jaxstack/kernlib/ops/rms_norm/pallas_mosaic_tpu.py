@@ -102,9 +102,21 @@ def _backward(x2, w, dy, st: _Static):
 _fused = _common.make_fused(_forward, _backward)
 
 
+# The smallest default scoped-VMEM limit is v5e's 16 MiB; a block of rows stays under this.
+VMEM_BUDGET = 12 * 1024 * 1024
+
+
+def max_block_rows(d: int, itemsize: int) -> int:
+    """The most rows whose backward fits VMEM_BUDGET (x, dy and dx blocks, double-buffered,
+    plus about six float32 temporaries of the block), as a power of two, so that the usual
+    power-of-two row counts need no padding; 0 when not even 8 rows fit."""
+    rows = VMEM_BUDGET // (d * (2 * 3 * itemsize + 6 * 4))
+    return 0 if rows < 8 else 1 << (rows.bit_length() - 1)
+
+
 def check(x, weight=None, **options) -> str | None:
-    if x.shape[-1] * 4 * 256 > 64 * 1024 * 1024:
-        return f"feature dim {x.shape[-1]} too wide for one VMEM row block"
+    if max_block_rows(x.shape[-1], x.dtype.itemsize) < 8:
+        return f"feature dim {x.shape[-1]} too wide for an 8-row block in VMEM"
     return None
 
 
@@ -113,7 +125,7 @@ def run(x, weight=None, *, config: Config, interpret=False, eps=1e-6, weight_off
     rows = 1
     for n in x.shape[:-1]:
         rows *= n
-    br = min(config.block_rows, max(8, -(-rows // 8) * 8))
+    br = min(config.block_rows, max(8, -(-rows // 8) * 8), max_block_rows(d, x.dtype.itemsize))
     cfg = Config(block_rows=br)
     x2, w, rows = _common.as_rows(x, weight, br)
     st = _Static(d, float(eps), float(weight_offset), cfg, bool(interpret))
