@@ -65,7 +65,7 @@ def grpo_iterations(iterations: int, warmup: int) -> dict:
         "median_rollout_s": med("rollout_s"),
         "median_update_s": med("update_s"),
         "median_rollout_tokens_per_sec": med("rollout_tokens_per_sec"),
-        "median_completion_tokens": med("completion_tokens"),
+        "median_completion_tokens": med("completions/mean_length"),
         "update_steps_per_sec": updates / med("update_s"),
         "rollout_share": statistics.median(r["rollout_s"] / r["step_time_s"] for r in steady),
         "update_share": statistics.median(r["update_s"] / r["step_time_s"] for r in steady),

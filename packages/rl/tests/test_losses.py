@@ -21,12 +21,12 @@ def test_dpo_loss_matches_rafailov_eq7_with_cdpo_smoothing():
     per_pair = [-(1 - eps) * log_sigmoid(x) - eps * log_sigmoid(-x) for x in h]
     loss, metrics = rl.dpo_loss(pi_w, pi_l, ref_w, ref_l, beta=beta, label_smoothing=eps)
     np.testing.assert_allclose(float(loss), np.mean(per_pair), rtol=1e-6)
-    np.testing.assert_allclose(float(metrics["rewards_chosen"]), np.mean([0.25, -0.5]), rtol=1e-6)
-    np.testing.assert_allclose(float(metrics["rewards_rejected"]), np.mean([-0.5, 0.05]), rtol=1e-5)
-    np.testing.assert_allclose(float(metrics["reward_margin"]), 0.1, rtol=1e-5)
-    assert (
-        float(metrics["reward_accuracy"]) == 0.5
-    )  # the first pair is ranked right, not the second
+    np.testing.assert_allclose(float(metrics["rewards/chosen"]), np.mean([0.25, -0.5]), rtol=1e-6)
+    np.testing.assert_allclose(float(metrics["rewards/rejected"]), np.mean([-0.5, 0.05]), rtol=1e-5)
+    np.testing.assert_allclose(float(metrics["rewards/margins"]), 0.1, rtol=1e-5)
+    assert float(metrics["rewards/accuracies"]) == 0.5  # the first pair right, not the second
+    np.testing.assert_allclose(float(metrics["logps/chosen"]), -4.0)
+    np.testing.assert_allclose(float(metrics["logps/rejected"]), -3.2, rtol=1e-6)
 
 
 def test_plain_dpo_at_equal_policies_is_log_2():
@@ -44,7 +44,7 @@ def test_orpo_loss_matches_hong_eq6_7():
     loss, metrics = rl.orpo_loss(mean_w, mean_l, np.float32(nll), beta=lam)
     np.testing.assert_allclose(float(loss), nll + lam * l_or, rtol=1e-5)
     np.testing.assert_allclose(float(metrics["odds_ratio_loss"]), l_or, rtol=1e-5)
-    assert float(metrics["reward_accuracy"]) == 0.5
+    assert float(metrics["rewards/accuracies"]) == 0.5
 
 
 def test_group_advantages_are_zero_mean_unit_scale_per_group():
@@ -92,7 +92,7 @@ def test_grpo_loss_matches_deepseekmath_eq3_eq4():
     expected = -np.mean(objective)  # 1/G sum_i, negated to minimise
     loss, metrics = rl.grpo_loss(logp, old, ref, adv, mask, clip_eps=eps, kl_coef=beta)
     np.testing.assert_allclose(float(loss), expected, rtol=1e-5)
-    assert 0.0 < float(metrics["clip_fraction"]) < 1.0
+    assert 0.0 < float(metrics["clip_ratio"]) < 1.0
 
 
 def test_dr_grpo_sums_tokens_over_a_constant_and_does_not_divide_by_the_group_std():

@@ -38,8 +38,9 @@ def dpo_loss(
 
     loss = -(1 - eps) log sigmoid(beta h) - eps log sigmoid(-beta h), with
     h = (log pi(y_w) - log ref(y_w)) - (log pi(y_l) - log ref(y_l)); eps = 0 is plain DPO.
-    The implicit rewards beta * (log pi - log ref) are logged, with their margin and how often
-    the chosen one is larger (accuracy).
+    The implicit rewards beta * (log pi - log ref) are logged under TRL's names:
+    `rewards/chosen`, `rewards/rejected`, `rewards/margins` and `rewards/accuracies` (how often
+    the chosen one is larger), with the policy's `logps/chosen` and `logps/rejected`.
     """
     chosen_rewards = beta * (chosen_logps - ref_chosen_logps)
     rejected_rewards = beta * (rejected_logps - ref_rejected_logps)
@@ -47,15 +48,18 @@ def dpo_loss(
     losses = -(1.0 - label_smoothing) * jax.nn.log_sigmoid(logits) - (
         label_smoothing * jax.nn.log_sigmoid(-logits)
     )
-    return losses.mean(), _preference_metrics(chosen_rewards, rejected_rewards)
+    metrics = _preference_metrics(chosen_rewards, rejected_rewards)
+    metrics.update({"logps/chosen": chosen_logps.mean(), "logps/rejected": rejected_logps.mean()})
+    return losses.mean(), metrics
 
 
 def _preference_metrics(chosen: jax.Array, rejected: jax.Array) -> Metrics:
+    """TRL's names for a preference batch's rewards."""
     return {
-        "rewards_chosen": chosen.mean(),
-        "rewards_rejected": rejected.mean(),
-        "reward_margin": (chosen - rejected).mean(),
-        "reward_accuracy": (chosen > rejected).astype(jnp.float32).mean(),
+        "rewards/chosen": chosen.mean(),
+        "rewards/rejected": rejected.mean(),
+        "rewards/margins": (chosen - rejected).mean(),
+        "rewards/accuracies": (chosen > rejected).astype(jnp.float32).mean(),
     }
 
 
@@ -150,7 +154,7 @@ def grpo_loss(
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps)
     surrogate = jnp.minimum(ratio * adv, clipped * adv)
     metrics = {
-        "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),
+        "clip_ratio": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),
         "ratio": _masked_mean(ratio, mask),
     }
     per_token = surrogate
@@ -226,7 +230,7 @@ def ppo_loss(
     metrics = {
         "policy_loss": policy_loss,
         "value_loss": value_loss,
-        "clip_fraction": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),
+        "clip_ratio": _masked_mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32), mask),
         "ratio": _masked_mean(ratio, mask),
     }
     return policy_loss + value_coef * value_loss, metrics

@@ -115,12 +115,49 @@ class Rollouter:
         batch = sequence_batch(rows, done.token_ids, data.seq_len, self.policy.tokenizer.pad_id)
         batch["loss_mask"] *= valid[:, None]
         metrics.update(
-            reward=float(rewards[valid > 0].mean()) if valid.any() else float("nan"),
-            completion_tokens=float(done.num_tokens / len(done.token_ids)),
+            completion_metrics(
+                rewards,
+                valid,
+                done.token_ids,
+                r.group_size,
+                r.max_new_tokens,
+                self.policy.tokenizer.eos_id,
+            ),
             rollout_s=rollout_s,
             rollout_tokens_per_sec=done.num_tokens / rollout_s,
         )
         return Rollouts(batch, rewards, valid, metrics)
+
+
+def completion_metrics(
+    rewards: np.ndarray,
+    valid: np.ndarray,
+    token_ids: Sequence[np.ndarray],
+    group_size: int,
+    max_new_tokens: int,
+    eos_id: int,
+) -> dict[str, float]:
+    """A round of rollouts in TRL's terms: `reward` (mean of the weighted total) and
+    `reward_std` (the mean over prompts of the std within each group, the spread advantages
+    are made of), completion lengths, and `completions/clipped_ratio`, the share cut at
+    `max_new_tokens` before their end-of-sequence."""
+    kept = valid > 0
+    groups = rewards.reshape(-1, group_size)
+    keep = kept.reshape(groups.shape)
+    count = np.maximum(keep.sum(axis=1), 1)
+    mean = (groups * keep).sum(axis=1) / count
+    std = np.sqrt((np.square(groups - mean[:, None]) * keep).sum(axis=1) / count)
+    lengths = np.asarray([len(t) for t in token_ids], np.float32)
+    ended = np.asarray([len(t) > 0 and t[-1] == eos_id for t in token_ids])
+    nan = float("nan")
+    return {
+        "reward": float(rewards[kept].mean()) if kept.any() else nan,
+        "reward_std": float(std[keep.any(axis=1)].mean()) if kept.any() else nan,
+        "completions/mean_length": float(lengths.mean()),
+        "completions/min_length": float(lengths.min()),
+        "completions/max_length": float(lengths.max()),
+        "completions/clipped_ratio": float(np.mean((lengths >= max_new_tokens) & ~ended)),
+    }
 
 
 def _online_run(

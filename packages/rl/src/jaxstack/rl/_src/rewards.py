@@ -75,7 +75,11 @@ def score(
     *,
     on_error: str = "stop",
 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
-    """(weighted total [N], valid [N] (0 where a reward raised and was skipped), metrics)."""
+    """(weighted total [N], valid [N] (0 where a reward raised and was skipped), metrics).
+
+    The metrics hold each function's `rewards/<function>/mean` and `/std` over the kept
+    completions (TRL's names) and `rewards_skipped`.
+    """
     total = np.zeros(len(completions), np.float32)
     valid = np.ones(len(completions), np.float32)
     metrics: dict[str, float] = {}
@@ -98,6 +102,8 @@ def score(
             values[i] = value
         total += reward.weight * values
         kept = valid > 0
-        metrics[f"reward/{reward.name}"] = float(values[kept].mean()) if kept.any() else math.nan
+        name = reward.name.rsplit(":", 1)[-1]  # the function's name, as TRL logs it
+        metrics[f"rewards/{name}/mean"] = float(values[kept].mean()) if kept.any() else math.nan
+        metrics[f"rewards/{name}/std"] = float(values[kept].std()) if kept.any() else math.nan
     metrics["rewards_skipped"] = float((valid == 0).sum())
     return total * valid, valid, metrics

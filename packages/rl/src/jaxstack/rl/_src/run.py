@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import pathlib
 import statistics
 import time
@@ -26,6 +27,55 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxstack.rl._src.config import RLConfig
+
+# What each algorithm adds to the trainer's console line (loss, lr, gnorm, tok/s, step time),
+# under TRL's metric names; GRPO and PPO also show each reward function's mean and std.
+CONSOLE_KEYS = {
+    "dpo": (
+        ("rewards/chosen", "chosen {:+.4f}"),
+        ("rewards/rejected", "rejected {:+.4f}"),
+        ("rewards/margins", "margin {:+.4f}"),
+        ("rewards/accuracies", "acc {:.0%}"),
+    ),
+    "orpo": (
+        ("nll_loss", "nll {:.4f}"),
+        ("log_odds_ratio", "log-odds {:+.3f}"),
+        ("rewards/margins", "margin {:+.4f}"),
+        ("rewards/accuracies", "acc {:.0%}"),
+    ),
+    "grpo": (
+        ("reward", "reward {:.3f}"),
+        ("reward_std", "std {:.3f}"),
+        ("kl", "kl {:.4f}"),
+        ("completions/mean_length", "len {:.1f}"),
+        ("completions/clipped_ratio", "cut {:.0%}"),
+        ("clip_ratio", "clip {:.1%}"),
+    ),
+    "ppo": (
+        ("reward", "reward {:.3f}"),
+        ("reward_std", "std {:.3f}"),
+        ("kl", "kl {:.4f}"),
+        ("completions/mean_length", "len {:.1f}"),
+        ("clip_ratio", "clip {:.1%}"),
+        ("value_loss", "vloss {:.4f}"),
+    ),
+}
+
+
+def console_line(algorithm: str, metrics: dict[str, float]) -> str:
+    """The algorithm's own metrics of a step as one line ("" when it has none)."""
+    parts = [
+        fmt.format(metrics[k])
+        for k, fmt in CONSOLE_KEYS.get(algorithm, ())
+        if k in metrics and math.isfinite(metrics[k])
+    ]
+    for key, value in metrics.items():
+        if key.startswith("rewards/") and key.endswith("/mean") and math.isfinite(value):
+            name = key.removeprefix("rewards/").removesuffix("/mean")
+            std = metrics.get(f"rewards/{name}/std", math.nan)
+            parts.append(f"{name} {value:.3f}±{std:.3f}")
+    return "  ".join(parts)
+
 
 StepFn = Callable[[dict[str, Any], int], tuple[dict[str, Any], dict[str, float]]]
 StopFn = Callable[[int, dict[str, float]], bool]
@@ -134,6 +184,7 @@ class Run:
             step += 1
             history.append(metrics)
             self.log.train(step, metrics)
+            self._console(step, metrics)
             preempted = self.preemption is not None and self.preemption.requested
             stopped = stop is not None and stop(step, metrics)
             end = step == total or preempted or stopped
@@ -150,6 +201,15 @@ class Run:
             self._save(step, state, data_state, history[-1] if history else {})
         summary = self._summary(step, history, time.perf_counter() - wall)
         return RunResult(self.dir, step, summary, state)
+
+    def _console(self, step: int, metrics: dict[str, float]) -> None:
+        """The algorithm's metrics under the trainer's line, on the trainer's cadence."""
+        total, every = self.config.base.train.steps, self.config.base.log.every
+        if not (step % every == 0 or step == total or step == 1):
+            return
+        line = console_line(self.config.algorithm, metrics)
+        if line:
+            self.log.info(f"{'':13}{line}")
 
     def evaluation_due(self, step: int) -> bool:
         """Whether the step numbered `step` (1-based) is followed by an evaluation: every
