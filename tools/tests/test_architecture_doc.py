@@ -29,7 +29,7 @@ def declared_row(package) -> str:
 
 
 def documented_rows() -> dict[str, str]:
-    table = DOC.read_text().split("## Declared dependencies", 1)[1]
+    table = DOC.read_text().split("## Declared dependencies", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| ([a-z-]+) \|.*\|$", table, re.M)
     lines = re.findall(r"^\| [a-z-]+ \|.*\|$", table, re.M)
     return dict(zip(rows, lines, strict=True))
@@ -41,3 +41,13 @@ def test_every_package_has_its_row_as_declared():
     assert set(documented) - {"package"} == set(expected)
     wrong = [row for folder, row in expected.items() if documented[folder] != row]
     assert not wrong, "docs/architecture.md should read:\n" + "\n".join(wrong)
+
+
+def test_the_install_size_table_has_a_row_per_package():
+    # The numbers are measured (tools/install_sizes.py --write), so only the rows are checked.
+    table = DOC.read_text().split("<!-- install-sizes:start -->", 1)[1].split("<!-- install")[0]
+    rows = re.findall(r"^\| ([a-z-]+) \| \d+ \| \d+ \| [\d.]+ \| .+ \|$", table, re.M)
+    assert rows == [p.folder for p in all_packages()], (
+        "docs/architecture.md's install-size table should have one row per package; "
+        "rerun `.venv/bin/python tools/install_sizes.py --write`"
+    )
