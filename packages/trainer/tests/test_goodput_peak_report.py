@@ -44,7 +44,7 @@ def test_metrics_log_and_report(tmp_path):
     for step in (1, 2, 3):
         log.train(step, {"loss": 5.0 - step, "tokens_per_sec": 1000.0 * step, "mfu": 0.1})
     log.eval(3, {"eval_loss": 2.5, "eval_perplexity": 12.2})
-    log.summary(3, {"goodput": 0.5, "sample": "def f():"})
+    log.summary(3, {"median_mfu": 0.1234, "goodput": 0.5, "wall_s": 2.0, "sample": "def f():"})
     log.close()
     records = read_jsonl(tmp_path / "metrics.jsonl")
     assert [r["kind"] for r in records] == ["train"] * 3 + ["eval", "summary"]
@@ -54,6 +54,10 @@ def test_metrics_log_and_report(tmp_path):
     html = path.read_text()
     assert html.count("data:image/png;base64,") == 2
     assert "def f():" in html and "goodput" in html
+    # MFU in percent, and none of the log's own bookkeeping (its `kind: summary` field) shown.
+    assert "<td>MFU (median)</td><td>12.3%</td>" in html
+    assert "<td>goodput (step time / wall time)</td><td>50.0%</td>" in html
+    assert "<td>kind</td>" not in html and ">summary</td>" not in html
 
 
 def test_rich_progress_mode_logs_the_same_records(tmp_path, capsys):
