@@ -167,6 +167,10 @@ def test_binary_bool_and_integer_inputs_decode_little_endian():
     body, length = binary_body({"inputs": [binary_input("f", flags, "BOOL")]}, np.uint8([1, 2, 0]))
     with pytest.raises(InvalidInputError, match="BOOL binary data must hold bytes 0 or 1"):
         kserve.decode_request(body, length)
+    body, length = binary_body({"inputs": [binary_input("f", flags, "BOOL")],
+                                "parameters": {"binary_data_output": "yes"}}, flags)  # fmt: skip
+    with pytest.raises(InvalidInputError, match=r"^parameters\.binary_data_output must be true"):
+        kserve.decode_request(body, length)
 
 
 def number_list_body(rows: int) -> bytes:

@@ -107,7 +107,7 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
             f"parameters.binary_data_size add up to {binary.used}"
         )
     request = InferRequest(request_id, inputs, None)
-    request.binary_default = _flag(doc, "binary_data_output", "parameters")
+    request.binary_default = _flag(doc, "binary_data_output", "")
     if doc.get("outputs") is not None:
         requested = doc["outputs"]
         if not isinstance(requested, list) or not all(
@@ -127,16 +127,18 @@ def decode_request(body: bytes, header_length: int | None = None) -> InferReques
 
 
 def _parameters(owner: dict, where: str) -> dict:
+    """`owner`'s parameters object; `where` names the owner in messages ("" for the request)."""
     parameters = owner.get("parameters", {})
     if not isinstance(parameters, dict):
-        raise InvalidInputError(f"{where}.parameters must be an object")
+        raise InvalidInputError(f"{where + '.' if where else ''}parameters must be an object")
     return parameters
 
 
 def _flag(owner: dict, name: str, where: str) -> bool:
     value = _parameters(owner, where).get(name, False)
     if not isinstance(value, bool):
-        raise InvalidInputError(f"{where}.parameters.{name} must be true or false, got {value!r}")
+        field = f"{where + '.' if where else ''}parameters.{name}"
+        raise InvalidInputError(f"{field} must be true or false, got {value!r}")
     return value
 
 
