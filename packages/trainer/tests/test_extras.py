@@ -1,6 +1,7 @@
 """Optional integrations: kernlib attention and xprof-lite step profiling, and the clear error
 when the kernels extra is not installed."""
 
+import json
 import types
 
 import numpy as np
@@ -61,3 +62,9 @@ def test_kernlib_attention_trains_like_the_default_and_profiling_captures_steps(
     np.testing.assert_allclose(losses(with_extras), losses(default), rtol=1e-5)
     traces = list((with_extras.run_dir / "profile").rglob("*.xplane.pb"))
     assert len(traces) == 1
+    # What `jaxstack-prof report` needs besides the trace: the step's HLO and memory, and the
+    # very peak the run measured MFU against (f32 for the f32 test model).
+    saved = with_extras.run_dir / "profile" / "xprof_lite_hlo"
+    assert list(saved.glob("*.hlo.txt")) and list(saved.glob("*.memory.json"))
+    peak = json.loads((saved / "peak.json").read_text())
+    assert peak["flops_per_s_f32"] == with_extras.summary["peak_flops_per_device"]

@@ -162,3 +162,25 @@ print("WARNING", *[str(w.message) for w in caught])
     assert html.count("pip install &#x27;jaxstack-xprof-lite[plots]&#x27;") >= 2
     assert "<table>" in html and (tmp_path / "report.md").is_file()
     assert "has tables but no pictures" in done.stdout
+
+
+def test_report_of_a_step_window_has_flops_memory_and_the_runs_peak(tmp_path):
+    """A trainer's window: `step(step, executable=...)` saves the HLO and memory analysis, and
+    the report reads the capture against the peak recorded with it (the run's MFU peak), at
+    the matmuls' dtype (f32 here), not the bf16 figure."""
+    step = jax.jit(train_step).lower(PARAMS, X, Y).compile()
+    peak = xprof_lite.DevicePeak("run's peak", 1e11, 1e10, "measured", flops_per_s_f32=4e10)
+    logdir = tmp_path / "profile"
+    with xprof_lite.StepWindowProfiler(logdir, start_step=1, num_steps=2, peak=peak) as profiler:
+        for i in range(4):
+            with profiler.step(i, executable=step):
+                jax.block_until_ready(step(PARAMS, X, Y))
+    paths = xprof_lite.report_logdir(logdir, tmp_path / "report")
+    data = json.loads(paths["json"].read_text())
+    [profile] = data["profiles"]
+    assert profile["hlo_captured"] and profile["by_category"]["matmul"]["flops"] > 0
+    assert data["peak"]["flops_per_s_f32"] == 4e10
+    assert data["compiled_memory"]["argument_bytes"] >= (64 * 128 + 128 * 16 + 32 * 80) * 4
+    markdown = paths["markdown"].read_text()
+    assert "| peak FLOP/s (f32, the matmuls' dtype) | 40 GFLOP/s |" in markdown
+    assert "recorded with the capture" in markdown and "not captured" not in markdown

@@ -221,8 +221,8 @@ def _steps(
                 trial.before_step()
                 p.trial_steps += 1
             t = time.perf_counter()
-            with profiler.step(p.step) if profiler else nullcontext():
-                train_step = p.train_steps[p.matmul_backend]
+            train_step = p.train_steps[p.matmul_backend]
+            with extras.profiled_step(profiler, p.step, train_step) if profiler else nullcontext():
                 p.state, device_metrics = train_step(p.state, batch)
                 metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
             dt = time.perf_counter() - t

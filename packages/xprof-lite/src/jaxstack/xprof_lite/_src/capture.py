@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import gzip
 import itertools
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from jaxstack.xprof_lite._src import tracefile
 from jaxstack.xprof_lite._src.errors import Error
 
 HLO_SUBDIR = "xprof_lite_hlo"
+PEAK_FILE = "peak.json"
 
 
 def profiler_options(*, python_tracer: bool = False, host_tracer_level: int = 2):
@@ -73,13 +75,15 @@ def compile_fn(fn, *args, **kwargs):
 
 
 def save_hlo(logdir: str | os.PathLike, fn, *args, **kwargs) -> Path:
-    """Compile `fn` at these arguments and save its optimised HLO text under `logdir`.
+    """Compile `fn` at these arguments and save its optimised HLO text under `logdir`, with
+    its compiled memory analysis beside it.
 
-    The report reads it back to give each traced op its shapes, FLOPs and bytes (the roofline and
-    the op profile's FLOP columns); without it, only measured times are shown.
+    The report reads them back to give each traced op its shapes, FLOPs and bytes (the roofline
+    and the op profile's FLOP columns) and the module's argument, output and temporary bytes;
+    without them, only measured times are shown.
 
     Args:
-      logdir: the capture's log directory (the HLO goes in its `xprof_lite_hlo/`).
+      logdir: the capture's log directory (the files go in its `xprof_lite_hlo/`).
       fn: a function, a jitted function or a `jax.stages.Compiled`.
       *args, **kwargs: example arguments to compile `fn` at.
 
@@ -90,16 +94,60 @@ def save_hlo(logdir: str | os.PathLike, fn, *args, **kwargs) -> Path:
     text = compiled.as_text()
     name = text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule") else "module"
     target = Path(logdir) / HLO_SUBDIR / f"{name}.hlo.txt"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_suffix(".tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
+    _write_atomically(target, text)
+    from jaxstack.xprof_lite._src.op_profile import memory_analysis_dict  # imports this module
+
+    if (memory := memory_analysis_dict(compiled)) is not None:
+        _write_atomically(target.with_name(f"{name}.memory.json"), json.dumps(memory, indent=1))
     return target
 
 
 def saved_hlo_texts(logdir: str | os.PathLike) -> list[str]:
     folder = Path(logdir) / HLO_SUBDIR
     return [p.read_text() for p in sorted(folder.glob("*.hlo.txt"))] if folder.is_dir() else []
+
+
+def saved_hlo_modules(logdir: str | os.PathLike) -> set[str]:
+    """The names of the modules whose HLO `save_hlo` stored under `logdir`."""
+    folder = Path(logdir) / HLO_SUBDIR
+    return {p.name.removesuffix(".hlo.txt") for p in folder.glob("*.hlo.txt")}
+
+
+def saved_memory(logdir: str | os.PathLike) -> dict[str, dict[str, int]]:
+    """Module name -> the compiled memory analysis `save_hlo` stored next to its HLO."""
+    folder = Path(logdir) / HLO_SUBDIR
+    if not folder.is_dir():
+        return {}
+    return {
+        p.name.removesuffix(".memory.json"): json.loads(p.read_text())
+        for p in sorted(folder.glob("*.memory.json"))
+    }
+
+
+def save_peak(logdir: str | os.PathLike, peak) -> Path:
+    """Record the device peak a capture is to be read against (a `DevicePeak`), so that its
+    report later shows the very figure the run used for MFU, not one measured again."""
+    target = Path(logdir) / HLO_SUBDIR / PEAK_FILE
+    _write_atomically(target, json.dumps(peak.to_dict(), indent=1))
+    return target
+
+
+def saved_peak(logdir: str | os.PathLike):
+    """The `DevicePeak` that `save_peak` recorded under `logdir`, or None."""
+    from jaxstack.xprof_lite._src.peak import DevicePeak
+
+    path = Path(logdir) / HLO_SUBDIR / PEAK_FILE
+    try:
+        return DevicePeak.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    tmp.replace(target)
 
 
 def export_chrome_trace(run_dir: Path, target: Path | None = None) -> Path | None:

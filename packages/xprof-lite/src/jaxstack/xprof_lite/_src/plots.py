@@ -63,13 +63,17 @@ def roofline_png(points: list[RooflinePoint], peak: DevicePeak) -> str:
 
 def memory_png(compiled: dict[str, int], by_origin: dict[str, int]) -> str:
     fig = Figure(figsize=(7, 3.2))
-    ax1, ax2 = fig.subplots(1, 2)
-    names = [k for k, v in compiled.items() if v]
-    ax1.barh(names, [compiled[k] / 2**20 for k in names], color="#1f77b4")
-    ax1.set(xlabel="MiB", title="compiled function")
-    top = list(by_origin.items())[:8]
-    ax2.barh([k[:28] for k, _ in top], [v / 2**20 for _, v in top], color="#ff7f0e")
-    ax2.set(xlabel="MiB", title="live arrays by origin")
+    # A trace read back later has no live arrays: then the compiled function's panel alone.
+    panels = [p for p in (compiled, by_origin) if p]
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    if compiled:
+        names = [k for k, v in compiled.items() if v]
+        axes[0].barh(names, [compiled[k] / 2**20 for k in names], color="#1f77b4")
+        axes[0].set(xlabel="MiB", title="compiled function")
+    if by_origin:
+        top = list(by_origin.items())[:8]
+        axes[-1].barh([k[:28] for k, _ in top], [v / 2**20 for _, v in top], color="#ff7f0e")
+        axes[-1].set(xlabel="MiB", title="live arrays by origin")
     fig.tight_layout()
     return _png(fig)
 

@@ -17,7 +17,13 @@ import jax
 
 from jaxstack.xprof_lite._src import plots, tracefile
 from jaxstack.xprof_lite._src.annotate import step_annotation
-from jaxstack.xprof_lite._src.capture import compile_fn, saved_hlo_texts, trace
+from jaxstack.xprof_lite._src.capture import (
+    compile_fn,
+    saved_hlo_texts,
+    saved_memory,
+    saved_peak,
+    trace,
+)
 from jaxstack.xprof_lite._src.cost import CATEGORIES
 from jaxstack.xprof_lite._src.errors import Error
 from jaxstack.xprof_lite._src.memory import (
@@ -56,6 +62,22 @@ class Report:
     @property
     def points(self) -> list[RooflinePoint]:
         return [p for prof in self.profiles for p in roofline(prof, self.peak)]
+
+    @property
+    def compute_dtype(self) -> str | None:
+        """The dtype of most of the matmul FLOPs in the saved HLO (None without HLO)."""
+        flops: dict[str, float] = {}
+        for prof in self.profiles:
+            for op in prof.ops if prof.hlo_captured else ():
+                if op.category in ("matmul", "attention") and op.dtype:
+                    flops[op.dtype] = flops.get(op.dtype, 0.0) + op.total_flops
+        return max(flops, key=flops.get) if flops else None
+
+    @property
+    def roof(self) -> DevicePeak:
+        """The peak at the profile's compute dtype (f32 matmuls have their own FLOP/s rate):
+        the figure MFU is measured against for the same work, and the roofline plot's roof."""
+        return dataclasses.replace(self.peak, flops_per_s=self.peak.flops_for(self.compute_dtype))
 
     def to_dict(self) -> dict:
         return {
@@ -110,7 +132,9 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{100 * x:.1f}%"
 
 
-NOT_CAPTURED = "not captured (save the HLO with Capture.save_hlo)"
+NOT_CAPTURED = (
+    "not captured (save the HLO: Capture.save_hlo, or StepWindowProfiler.step(step, executable=))"
+)
 
 
 def _summary_rows(r: Report) -> list[tuple[str, str]]:
@@ -120,11 +144,22 @@ def _summary_rows(r: Report) -> list[tuple[str, str]]:
     nbytes = sum(p.total_bytes for p in counted)
     time_ns = sum(p.total_time_ns for p in r.profiles)
     counted_ns = sum(p.total_time_ns for p in counted)
-    rows = [
-        ("device", f"{r.peak.name} ({r.peak.source})"),
-        ("peak FLOP/s", _fmt(r.peak.flops_per_s, "FLOP/s")),
+    roof, dtype = r.roof, r.compute_dtype
+    rows = [("device", f"{r.peak.name} ({r.peak.source})")]
+    if dtype is None:
+        rows.append(("peak FLOP/s", _fmt(r.peak.flops_per_s, "FLOP/s")))
+        if r.peak.flops_per_s_f32 and r.peak.flops_per_s_f32 != r.peak.flops_per_s:
+            rows[-1] = ("peak FLOP/s (bf16)", rows[-1][1])
+            rows.append(("peak FLOP/s (f32)", _fmt(r.peak.flops_per_s_f32, "FLOP/s")))
+    else:
+        rows.append(
+            (f"peak FLOP/s ({dtype}, the matmuls' dtype)", _fmt(roof.flops_per_s, "FLOP/s"))
+        )
+        if roof.flops_per_s != r.peak.flops_per_s:
+            rows.append(("peak FLOP/s (bf16)", _fmt(r.peak.flops_per_s, "FLOP/s")))
+    rows += [
         ("peak bandwidth", _fmt(r.peak.bytes_per_s, "B/s")),
-        ("ridge intensity", f"{r.peak.ridge_intensity:.1f} FLOP/B"),
+        ("ridge intensity", f"{roof.ridge_intensity:.1f} FLOP/B"),
         ("modules", ", ".join(p.module for p in r.profiles) or "-"),
         ("ops", str(sum(len(p.ops) for p in r.profiles))),
         ("FLOPs per run", _fmt(flops, "FLOP") if counted else NOT_CAPTURED),
@@ -137,7 +172,7 @@ def _summary_rows(r: Report) -> list[tuple[str, str]]:
             ("achieved FLOP/s", NOT_CAPTURED if achieved is None else _fmt(achieved, "FLOP/s")),
             (
                 "fraction of peak FLOP/s",
-                NOT_CAPTURED if achieved is None else _pct(achieved / r.peak.flops_per_s),
+                NOT_CAPTURED if achieved is None else _pct(achieved / roof.flops_per_s),
             ),
         ]
     if r.steps:
@@ -235,7 +270,7 @@ def render_markdown(r: Report) -> str:
     parts += [
         "\n## Roofline\n",
         f"{bounds['compute']} compute-bound and {bounds['memory']} memory-bound ops "
-        f"(ridge at {r.peak.ridge_intensity:.1f} FLOP/B); the plot is in report.html.\n",
+        f"(ridge at {r.roof.ridge_intensity:.1f} FLOP/B); the plot is in report.html.\n",
         "\n## Top ops\n", _md_table(TOP_HEADER, _top_rows(r)),
         "\n## Ops by category\n", _md_table(CATEGORY_HEADER, _category_rows(r)),
         "\n## Memory\n", _md_table(["what", "bytes"], _memory_rows(r)),
@@ -276,7 +311,7 @@ def render_html(r: Report) -> str:
     measured = any(p.time_ns for p in points)
     sections = [
         ("Summary", _html_table(["", ""], [list(row) for row in _summary_rows(r)])),
-        ("Roofline", _picture(plots.roofline_png, "roofline", points, r.peak) if points else ""),
+        ("Roofline", _picture(plots.roofline_png, "roofline", points, r.roof) if points else ""),
         ("Top ops", _html_table(TOP_HEADER, _top_rows(r))),
         (
             "Ops by category",
@@ -362,8 +397,12 @@ def report_logdir(
     *,
     peak: DevicePeak | None = None,
 ) -> dict[str, Path]:
-    """Report on a captured trace (its newest run); per-op FLOPs where HLO text was saved with
-    `Capture.save_hlo`, measured times for everything. Writes into `out_dir` (default: logdir).
+    """Report on a captured trace (its newest run); per-op FLOPs and compiled memory where HLO
+    was saved (`Capture.save_hlo`, `StepWindowProfiler.step(step, executable=...)`), measured
+    times for everything. Writes into `out_dir` (default: logdir).
+
+    The peak is `peak` if given, else the one recorded with the capture (the figure the traced
+    run measured its MFU against), else this machine's `device_peak()`.
 
     `logdir` may also be a run directory or an `.xplane.pb` file; a file needs `out_dir` (the
     report never goes where the input file is).
@@ -375,10 +414,19 @@ def report_logdir(
         )
     data = tracefile.load(logdir)
     profiles = profile_from_trace(data, saved_hlo_texts(logdir))
+    if peak is None and (peak := saved_peak(logdir)) is not None:
+        peak = dataclasses.replace(peak, source=f"{peak.source}, recorded with the capture")
+    traced = {p.module for p in profiles}
+    memory = {m: v for m, v in saved_memory(logdir).items() if m in traced}
+    if len(memory) > 1:
+        compiled_memory = {f"{m}: {k}": v for m, d in memory.items() for k, v in d.items()}
+    else:
+        compiled_memory = next(iter(memory.values()), {})
     result = Report(
         title=f"xprof-lite report: {Path(logdir).name}",
         peak=peak or device_peak(),
         profiles=profiles,
+        compiled_memory=compiled_memory,
         steps=step_breakdown(data),
         step_peak_bytes=peak_memory_per_step(data),
         logdir=str(logdir),

@@ -6,6 +6,12 @@ come from the config (`start_step`), from code (`request()`), from `kill -USR2 <
 (`install_signal_handler()`) or from `curl 127.0.0.1:<port>/profile?steps=5` (`serve_http()`).
 The signal handler and HTTP thread only set a flag; the trace starts at the next step boundary
 on the loop's own thread, so a capture always holds whole steps.
+
+A report of the capture (`jaxstack-prof report LOGDIR`) counts each op's FLOPs and bytes from
+the optimised HLO of what the steps run: `profiler.step(step, executable=compiled_step)` saves
+it (and the compiled memory analysis) when a capture starts, outside the traced steps. The
+device peak the run measures MFU against is recorded too, so the report's roofline and the
+run's MFU use one figure.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 from jaxstack.xprof_lite._src.annotate import step_annotation
-from jaxstack.xprof_lite._src.capture import Capture, trace
+from jaxstack.xprof_lite._src.capture import Capture, save_hlo, save_peak, trace
 from jaxstack.xprof_lite._src.errors import Error
 
 MAX_STEPS_PER_CAPTURE = 1000
@@ -32,9 +38,10 @@ class StepWindowProfiler:
     Example:
         profiler = StepWindowProfiler("/tmp/prof", start_step=10, num_steps=3)
         profiler.install_signal_handler()      # kill -USR2 <pid> captures the next 3 steps
+        step_fn = jax.jit(train_step).lower(state, batch).compile()
         for step in range(100):
-            with profiler.step(step):
-                state = train_step(state, batch)
+            with profiler.step(step, executable=step_fn):   # its HLO: FLOPs in the report
+                state = step_fn(state, batch)
         profiler.close()
         print([c.run_dir for c in profiler.captures])
     """
@@ -47,6 +54,7 @@ class StepWindowProfiler:
         num_steps: int = 3,
         name: str = "train",
         python_tracer: bool = False,
+        peak=None,
     ):
         if not 1 <= num_steps <= MAX_STEPS_PER_CAPTURE:
             raise Error(
@@ -57,7 +65,10 @@ class StepWindowProfiler:
         self.num_steps = num_steps
         self.name = name
         self.python_tracer = python_tracer
+        # The DevicePeak to record with the captures (None: the one this process uses).
+        self.peak = peak
         self.captures: list[Capture] = []
+        self._saved_executables: set[int] = set()
         self._lock = threading.Lock()
         self._requested: int | None = None
         self._stop_after: int | None = None
@@ -116,15 +127,19 @@ class StepWindowProfiler:
             self._requested = steps
             return True
 
-    def step(self, step: int) -> _Step:
+    def step(self, step: int, executable=None) -> _Step:
         """Wrap one step: starts or stops the trace at the window's edges, annotates the step.
+
+        `executable` (a `jax.stages.Compiled`, or None) is what the step runs: when a capture
+        starts, its optimised HLO is saved first (once per executable), so the report has its
+        FLOPs, bytes, roofline and compiled memory.
 
         A plain class rather than a generator context manager: this runs every step of every
         run, so it stays at one step annotation plus a few attribute reads when nothing is traced.
         """
-        return _Step(self, step)
+        return _Step(self, step, executable)
 
-    def _before(self, step: int) -> None:
+    def _before(self, step: int, executable=None) -> None:
         if self._stack is not None:
             return
         steps = None
@@ -136,11 +151,20 @@ class StepWindowProfiler:
                     steps, self._requested = self._requested, None
         if steps is None:
             return
+        self._record(executable)
         self._stack = contextlib.ExitStack()
         self._current = self._stack.enter_context(
             trace(self.logdir, python_tracer=self.python_tracer)
         )
         self._stop_after = step + steps - 1
+
+    def _record(self, executable) -> None:
+        """Before a capture: the peak it is to be read against and the HLO of what it runs."""
+        if (peak := self.peak or _peak_in_use()) is not None:
+            save_peak(self.logdir, peak)
+        if executable is not None and id(executable) not in self._saved_executables:
+            save_hlo(self.logdir, executable)
+            self._saved_executables.add(id(executable))
 
     def _stop(self) -> None:
         stack, self._stack, self._stop_after = self._stack, None, None
@@ -196,15 +220,16 @@ class StepWindowProfiler:
 
 
 class _Step:
-    __slots__ = ("_annotation", "_profiler", "_step")
+    __slots__ = ("_annotation", "_executable", "_profiler", "_step")
 
-    def __init__(self, profiler: StepWindowProfiler, step: int):
+    def __init__(self, profiler: StepWindowProfiler, step: int, executable=None):
         self._profiler = profiler
         self._step = step
+        self._executable = executable
         self._annotation = None
 
     def __enter__(self) -> None:
-        self._profiler._before(self._step)
+        self._profiler._before(self._step, self._executable)
         self._annotation = step_annotation(self._step, self._profiler.name)
         self._annotation.__enter__()
 
@@ -247,3 +272,21 @@ def _handler_for(profiler: StepWindowProfiler) -> type[BaseHTTPRequestHandler]:
             pass
 
     return Handler
+
+
+def _peak_in_use():
+    """The device peak this machine's runs use now, without measuring: the spec table's row for
+    an accelerator, else the measured CPU peak in the cache (the figure a trainer's
+    `device_peak()` call returned, since that call leaves it there); None if none is cached."""
+    import jax
+
+    from jaxstack.xprof_lite._src.peak import DevicePeak, _cache_key, cache_dir, spec_peak
+
+    device = jax.devices()[0]
+    if device.platform != "cpu":
+        return spec_peak(device.device_kind)
+    try:
+        path = cache_dir() / f"peak-{_cache_key(device)}.json"
+        return DevicePeak.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
