@@ -81,7 +81,7 @@ def test_cli_reports_a_bad_record_with_status_2_and_writes_nothing(
 
 def test_cli_config_errors_exit_2(tmp_path, capsys):
     assert rl.main(["grpo", "rollout.group_sise=4"]) == 2
-    assert "Did you mean rollout.'group_size'" in capsys.readouterr().err
+    assert "Did you mean 'rollout.group_size'?" in capsys.readouterr().err
     assert rl.main(["sft", "dpo.reference=sometimes"]) == 2
     assert "dpo.reference='sometimes'; use one of precompute, live" in capsys.readouterr().err
     assert rl.main(["sft", "--config", str(tmp_path / "missing.yaml")]) == 2

@@ -14,9 +14,26 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 
 from jaxstack.rl._src.config import ALGORITHMS, list_presets, load_config
 from jaxstack.rl._src.errors import Error
+
+
+def _at_least(low: int):
+    """An argparse type: an integer >= `low`, the range the flag's help states."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}; give at least {low}")
+        return value
+
+    parse.__name__ = f"integer >= {low}"
+    return parse
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -36,7 +53,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--run-dir", default="runs/arithmetic", help="folder for both stages")
     r.add_argument("--sft", action="append", default=[], help="override for the SFT stage")
     r.add_argument("--grpo", action="append", default=[], help="override for the GRPO stage")
-    r.add_argument("--num-eval", type=int, default=500, help="held-out problems (>= 500)")
+    r.add_argument(
+        "--num-eval", type=_at_least(500), default=500, help="held-out problems (>= 500)"
+    )
     return p
 
 
@@ -94,7 +113,11 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.run_dir:
         overrides.append(f"log.run_dir={args.run_dir}")
-    config = load_config(args.command, args.config, overrides)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        config = load_config(args.command, args.config, overrides)
+    for warning in caught:
+        print(f"jaxstack-rl: warning: {warning.message}", file=sys.stderr)
     if args.print_config:
         import yaml
 

@@ -24,7 +24,9 @@ import dataclasses
 import importlib.resources
 import os
 import pathlib
+import re
 import tempfile
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -166,6 +168,15 @@ class RLConfig:
 
     @classmethod
     def from_dict(cls, tree: Mapping[str, Any], algorithm: str | None = None) -> RLConfig:
+        from jaxstack import trainer
+
+        try:
+            return cls._from_dict(tree, algorithm)
+        except trainer.ConfigError as e:  # the trainer's sections, in our error family
+            raise ConfigError(_quote_key_hint(str(e))) from None
+
+    @classmethod
+    def _from_dict(cls, tree: Mapping[str, Any], algorithm: str | None) -> RLConfig:
         from jaxstack.trainer import Config, build_section
 
         tree = dict(tree)
@@ -185,6 +196,7 @@ class RLConfig:
             raise ConfigError(
                 f"rewards must map 'module:function' to a numeric weight, got {rewards!r}"
             )
+        tree = _short_run_warmup(tree)
         config = cls(
             algorithm=algorithm,
             base=Config.from_dict(tree, name=str(tree.get("name", algorithm))),
@@ -198,6 +210,50 @@ class RLConfig:
     def save(self, path: str | pathlib.Path) -> None:
         """Writes the resolved config as YAML (atomically), to repeat a run with `--config`."""
         write_atomic(pathlib.Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+
+def _quote_key_hint(message: str) -> str:
+    """ "Did you mean dpo.'beta'?" -> "Did you mean 'dpo.beta'?": the whole key quoted."""
+    return re.sub(r"Did you mean ((?:\w+\.)+)'([^']+)'\?", r"Did you mean '\1\2'?", message)
+
+
+def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
+    """`optim.schedule.warmup_ratio` (TRL's name: warmup as a share of the run) becomes
+    `warmup_steps` (replacing any given); a warmup as long as the run or longer (a preset's
+    warmup in a short run) is clamped to a tenth of the run, with a warning, not refused."""
+    from jaxstack.trainer import TrainSection
+
+    optim = tree.get("optim")
+    schedule = optim.get("schedule") if isinstance(optim, Mapping) else None
+    if not isinstance(schedule, Mapping):
+        return tree
+    schedule = dict(schedule)
+    train = tree.get("train") if isinstance(tree.get("train"), Mapping) else {}
+    steps = schedule.get("total_steps") or train.get("steps", TrainSection.steps)
+    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+        return tree  # the trainer names the bad value
+    if "warmup_ratio" in schedule:
+        ratio = schedule.pop("warmup_ratio")
+        if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 <= ratio < 1:
+            raise ConfigError(
+                f"optim.schedule.warmup_ratio={ratio!r}: give the warmup's share of the run, "
+                "in [0, 1) (e.g. 0.1)"
+            )
+        schedule["warmup_steps"] = int(ratio * steps)  # replaces a preset's warmup_steps
+    warmup = schedule.get("warmup_steps", 0)
+    decays = schedule.get("name") not in (None, "constant", "warmup_constant")
+    too_long = warmup >= steps if decays else warmup > steps  # as the trainer and optlib refuse
+    if isinstance(warmup, int) and not isinstance(warmup, bool) and too_long:
+        clamped = steps // 10
+        warnings.warn(
+            f"optim.schedule.warmup_steps={warmup} is not shorter than the {steps}-step run; "
+            f"using {clamped} (a tenth of it). Set optim.schedule.warmup_ratio (a share of the "
+            "run) or warmup_steps to choose.",
+            UserWarning,
+            stacklevel=4,
+        )
+        schedule["warmup_steps"] = clamped
+    return {**tree, "optim": {**optim, "schedule": schedule}}
 
 
 def write_atomic(path: pathlib.Path, text: str) -> None:
@@ -240,12 +296,21 @@ def _read(name_or_path: str) -> dict[str, Any]:
         text = path.read_text()
     elif name_or_path in list_presets():
         root = importlib.resources.files("jaxstack.rl._src") / "presets"
-        text = (root / f"{name_or_path}.yaml").read_text()
+        tree = _parse(name_or_path, (root / f"{name_or_path}.yaml").read_text())
+        data = tree.get("data")
+        if isinstance(data, dict) and isinstance(data.get("path"), str):
+            # a preset's own records (presets/data/) live beside it
+            data["path"] = str(pathlib.Path(str(root)) / data["path"])
+        return tree
     else:
         raise ConfigError(
             f"--config {name_or_path!r} is neither a YAML file nor a preset; presets: "
             f"{', '.join(list_presets())}"
         )
+    return _parse(name_or_path, text)
+
+
+def _parse(name_or_path: str, text: str) -> dict[str, Any]:
     try:
         tree = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
@@ -317,17 +382,31 @@ def _check_values(config: RLConfig) -> None:
     for key, (value, low) in positive.items():
         if value < low:
             raise ConfigError(f"{key} must be >= {low}, got {value}")
+    if config.rollout.top_k is not None and config.rollout.top_k < 1:
+        raise ConfigError(f"rollout.top_k must be >= 1 or null, got {config.rollout.top_k}")
+    if config.lora.quantize_tile < 1:
+        raise ConfigError(f"lora.quantize_tile must be >= 1, got {config.lora.quantize_tile}")
     non_negative = {
         "dpo.beta": config.dpo.beta,
         "orpo.beta": config.orpo.beta,
         "grpo.clip_eps": config.grpo.clip_eps,
         "grpo.kl_coef": config.grpo.kl_coef,
+        "ppo.clip_eps": config.ppo.clip_eps,
+        "ppo.value_clip_eps": config.ppo.value_clip_eps,
         "ppo.kl_coef": config.ppo.kl_coef,
         "ppo.value_coef": config.ppo.value_coef,
     }
     for key, value in non_negative.items():
         if not value >= 0:
             raise ConfigError(f"{key} must be >= 0, got {value}")
+    unit = {"ppo.gamma": config.ppo.gamma, "ppo.lam": config.ppo.lam}
+    for key, value in unit.items():
+        if not 0 <= value <= 1:
+            raise ConfigError(f"{key} must be in [0, 1], got {value}")
+    if config.lora.alpha is not None and not config.lora.alpha > 0:
+        raise ConfigError(f"lora.alpha must be > 0 (or null: the rank), got {config.lora.alpha}")
+    if not 0 <= config.lora.dropout < 1:
+        raise ConfigError(f"lora.dropout must be in [0, 1), got {config.lora.dropout}")
     if not config.rollout.temperature > 0:
         raise ConfigError(
             f"rollout.temperature must be > 0 (GRPO and PPO learn from sampled completions), "

@@ -209,7 +209,7 @@ class Run:
             return
         line = console_line(self.config.algorithm, metrics)
         if line:
-            self.log.info(f"{'':13}{line}")
+            self.log.info(f"{'':16}{line}")  # under the trainer's "step N/T  " columns
 
     def evaluation_due(self, step: int) -> bool:
         """Whether the step numbered `step` (1-based) is followed by an evaluation: every
