@@ -40,6 +40,8 @@ TPU_TARGETS: dict[str, TpuTarget] = {
     "v5p": TpuTarget("v5p", "v5p:2x2x1", "megacore"),
     "v6e": TpuTarget("v6e", "v6e:2x2"),
 }
+"""The TPU slices kernels are compiled for ahead of time on a CPU machine (`aot_compile`,
+`nox -s tpu_aot`), by chip name: v5e, v5p (megacore) and v6e, 2x2 chips each."""
 
 LIBTPU_HINT = (
     "install libtpu next to jax (`pip install libtpu`, or `nox -s tpu_aot`) and set "

@@ -35,6 +35,7 @@ import yaml
 from jaxstack.rl._src.errors import ConfigError
 
 ALGORITHMS = ("sft", "dpo", "orpo", "grpo", "ppo")
+"""The post-training algorithms, one `jaxstack-rl` subcommand and config section each."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,10 @@ class InitSection:
 
 @dataclasses.dataclass(frozen=True)
 class LoraSection:
+    """The `lora:` section: LoRA adapters of `rank` (0: full fine-tuning) and `alpha` on the modules
+    whose paths match `pattern`, with `dropout`; `quantize` stores the frozen base weights in a
+    quantlib format (QLoRA: "nf4", "int4", "int8"; needs the `qlora` extra)."""
+
     rank: int = 0  # 0 = full fine-tuning
     alpha: float | None = None  # default: rank (scale 1)
     pattern: str = r"(attn/(q|k|v|o)_proj|mlp/(gate|up|down)_proj)$"
@@ -61,12 +66,20 @@ class LoraSection:
 
 @dataclasses.dataclass(frozen=True)
 class SftSection:
+    """The `sft:` section: the chat template (a tokenizer_config.json or its folder; None: the
+    model's own or the built-in one) and which tokens the loss covers (`train_on`: "assistant"
+    replies, or "all")."""
+
     chat_template: str | None = None  # tokenizer_config.json (or its folder); None = built-in
     train_on: str = "assistant"  # or "all"
 
 
 @dataclasses.dataclass(frozen=True)
 class DpoSection:
+    """The `dpo:` section: `beta` (the KL strength), cDPO's `label_smoothing` (the assumed
+    label-noise rate) and how the frozen reference's log-probs are had (`reference`:
+    "precompute" once before training, or "live" each step)."""
+
     beta: float = 0.1
     label_smoothing: float = 0.0  # cDPO's assumed label-noise rate
     reference: str = "precompute"  # log-probs of the frozen reference: "precompute" or "live"
@@ -74,11 +87,17 @@ class DpoSection:
 
 @dataclasses.dataclass(frozen=True)
 class OrpoSection:
+    """The `orpo:` section: `beta`, the weight of the odds-ratio term (the paper's lambda)."""
+
     beta: float = 0.1  # the paper's lambda
 
 
 @dataclasses.dataclass(frozen=True)
 class RolloutSection:
+    """The `rollout:` section of GRPO and PPO: completions sampled per prompt (`group_size`), their
+    length, temperature and top-k, and what a reward function that raises does (`on_reward_error`:
+    "stop" the run or "skip" the completion)."""
+
     group_size: int = 8  # completions sampled per prompt
     max_new_tokens: int = 32
     temperature: float = 1.0
@@ -88,6 +107,10 @@ class RolloutSection:
 
 @dataclasses.dataclass(frozen=True)
 class GrpoSection:
+    """The `grpo:` section: the clipping range, the KL coefficient, optimiser updates per batch of
+    rollouts, the loss normalisation (`loss_type` "grpo" or "dr_grpo") and whether advantages are
+    divided by the group's standard deviation."""
+
     clip_eps: float = 0.2
     kl_coef: float = 0.04
     updates_per_iteration: int = 1  # optimiser steps on each batch of rollouts (mu)
@@ -98,6 +121,10 @@ class GrpoSection:
 
 @dataclasses.dataclass(frozen=True)
 class PpoSection:
+    """The `ppo:` section: policy and value clipping, the value-loss weight, the per-token KL
+    penalty folded into the rewards, GAE's `gamma` and `lam`, and optimiser updates per batch of
+    rollouts."""
+
     clip_eps: float = 0.2
     value_clip_eps: float = 0.2
     value_coef: float = 0.1

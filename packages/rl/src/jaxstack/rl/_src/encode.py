@@ -21,11 +21,12 @@ import numpy as np
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.records import Messages, SftRecord
 
-# A plain-text template for tokenizers without one of their own (the byte tokenizer).
 DEFAULT_CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
+"""The chat template for tokenizers that have none (the byte tokenizer): each message as
+`<|role|>`, a newline and its content, and `<|assistant|>` as the generation prompt."""
 
 
 class Encoder:
