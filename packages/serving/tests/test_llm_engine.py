@@ -6,13 +6,16 @@ so only the first test of a shape pays compile time.
 
 from __future__ import annotations
 
+import json
+import re
+
 import jax
 import numpy as np
 import pytest
 from flax import nnx
 
 from jaxstack import datalib, nnlib
-from jaxstack.serving import LLM, ConfigError, SamplingParams
+from jaxstack.serving import LLM, ConfigError, SamplingParams, StructuredOutput
 from jaxstack.serving._src.llm.model_runner import num_compilations
 
 TOKENIZER = datalib.ByteTokenizer()
@@ -299,3 +302,66 @@ def test_offline_generate_raises_the_failed_requests_error(dense):
     with pytest.raises(ValueError, match="high"):
         llm.generate(["fine", "broken"], [GREEDY, broken_params()])
     assert llm.engine.blocks.num_used_blocks == 0
+
+
+def test_logit_bias_forces_or_bans_a_token(dense):
+    _, llm = dense
+    plain = llm.generate(["abc"], GREEDY)[0].outputs[0].token_ids
+    forced = GREEDY.replace(logit_bias={7: 100.0})
+    assert llm.generate(["abc"], forced)[0].outputs[0].token_ids == [7] * GREEDY.max_tokens
+    banned = GREEDY.replace(logit_bias={plain[0]: -100.0})
+    assert llm.generate(["abc"], banned)[0].outputs[0].token_ids[0] != plain[0]
+    # A row without a bias in the same batch samples as it does alone.
+    together = llm.generate(["abc", "abc"], [forced, GREEDY])
+    assert together[1].outputs[0].token_ids == plain
+    with pytest.raises(Exception, match="logit_bias keys must be token ids < 259"):
+        llm.generate(["abc"], GREEDY.replace(logit_bias={259: 1.0}))
+
+
+def test_min_tokens_holds_back_stop_tokens_and_strings_until_reached(dense):
+    _, llm = dense
+    plain = llm.generate(["abc"], GREEDY)[0].outputs[0]
+    first = plain.token_ids[0]
+    stop_early = GREEDY.replace(stop_token_ids=[first])
+    assert llm.generate(["abc"], stop_early)[0].outputs[0].token_ids == [first]
+    held = llm.generate(["abc"], stop_early.replace(min_tokens=4))[0].outputs[0]
+    assert first not in held.token_ids[:4] and len(held.token_ids) >= 4
+    assert held.finish_reason == "length" or held.token_ids[-1] == first
+    # A stop string that the first tokens spell is not matched before min_tokens.
+    stop_text = GREEDY.replace(stop=[plain.text[:1]], min_tokens=3)
+    text = llm.generate(["abc"], stop_text)[0].outputs[0]
+    assert len(text.token_ids) >= 3
+    with pytest.raises(Exception, match="min_tokens=13 must be >= 0 and at most max_tokens"):
+        GREEDY.replace(min_tokens=13)
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+    "required": ["n", "ok"],
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    "wanted, valid",
+    [
+        (StructuredOutput("json_schema", SCHEMA), lambda t: set(json.loads(t)) == {"n", "ok"}),
+        (StructuredOutput("regex", r"[a-c]{3}-\d\d"), lambda t: re.fullmatch(r"[a-c]{3}-\d\d", t)),
+        (StructuredOutput("choice", ["red", "green"]), lambda t: t in ("red", "green")),
+    ],
+)
+def test_structured_output_is_what_was_asked_whatever_the_model_says(dense, wanted, valid):
+    """A random tiny model left to itself writes bytes; under a grammar, every sample of every
+    seed is valid output, and it ends when the grammar is complete."""
+    _, llm = dense
+    params = SamplingParams(temperature=1.0, max_tokens=150, structured_output=wanted, n=3, seed=5)
+    for out in llm.generate(["write: "], params)[0].outputs:
+        assert out.finish_reason == "stop", out.text
+        assert valid(out.text), out.text
+
+
+def test_a_bad_grammar_is_refused_before_it_runs(dense):
+    _, llm = dense
+    with pytest.raises(Exception, match="'structured_output' is not valid"):
+        llm.generate(["x"], SamplingParams(structured_output=StructuredOutput("regex", "(")))

@@ -51,6 +51,8 @@ SAMPLING = {
     "repetition_penalty": st.floats(0.5, 2),
     "stop": clean_text | st.lists(clean_text, max_size=3),
     "stop_token_ids": st.lists(st.integers(0, 300), max_size=3),
+    "min_tokens": st.integers(0, 4),
+    "logit_bias": st.dictionaries(st.integers(0, 300).map(str), st.floats(-100, 100), max_size=3),
     "ignore_eos": st.booleans(),
     "include_stop_str_in_output": st.booleans(),
     "user": clean_text,

@@ -299,12 +299,23 @@ def test_models_tokenize_detokenize_health(server):
         ),
         ({"prompt": "x", "suffix": "y"}, 400, "suffix", "not supported"),
         ({"prompt": "x", "best_of": 2}, 400, "best_of", "not supported"),
-        ({"prompt": "x", "logit_bias": {"5": 1}}, 400, "logit_bias", "not supported"),
+        ({"prompt": "x", "logit_bias": {"a": 1}}, 400, "logit_bias", "not a token id"),
+        ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias", "[-100, 100]"),
+        ({"prompt": "x", "logit_bias": {"999": 1}}, 400, "logit_bias", "token ids < 259"),
+        ({"prompt": "x", "max_tokens": 2, "min_tokens": 3}, 400, "min_tokens", "max_tokens"),
+        ({"prompt": "x", "guided_regex": "("}, 400, "guided_regex", "is not valid"),
+        ({"prompt": "x", "guided_choice": []}, 400, "guided_choice", "at least 1"),
         (
-            {"prompt": "x", "response_format": {"type": "json_object"}},
+            {"prompt": "x", "guided_regex": "a", "guided_choice": ["b"]},
+            400,
+            "guided_choice",
+            "send one of guided_regex and guided_choice",
+        ),
+        (
+            {"prompt": "x", "response_format": {"type": "json_schema"}},
             400,
             "response_format",
-            "not supported",
+            "'json_schema' goes with type 'json_schema'",
         ),
         ({"prompt": "x", "temprature": 0}, 400, "temprature", "not a field this server knows"),
     ],
@@ -346,8 +357,13 @@ def test_bad_completions_get_openai_errors(server, body, status, param, needle):
         ),
         (
             {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function"}]},
-            "tools",
-            "tool calling is not supported",
+            "tools[0].function",
+            "is required",
+        ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "tool_choice": "auto"},
+            "tool_choice",
+            "needs 'tools'",
         ),
         ({"messages": [{"role": "user", "content": "hi"}], "echo": True}, "echo", "not a field"),
     ],
@@ -367,6 +383,101 @@ def test_a_model_without_a_chat_template_refuses_chat_naming_the_flag(server):
     error = response.json()["error"]
     assert (response.status_code, error["param"]) == (400, "messages")
     assert "--chat-template" in error["message"]
+
+
+TOOLS_TEMPLATE = (  # ChatML with the tools' names up front (Hermes templates write their JSON)
+    "{% for t in tools or [] %}{{ t['function']['name'] }} {% endfor %}"
+    "{% for m in messages %}<|im_start|>"
+    "{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+WEATHER = {"type": "function", "function": {"name": "wx"}}
+
+
+def test_tools_reach_the_chat_template_and_a_plain_answer_stays_content(server):
+    from fastapi.testclient import TestClient
+
+    template = datalib.ChatTemplate(TOOLS_TEMPLATE)
+    app = create_llm_app(
+        server.engine, model_name=MODEL, tokenizer=TOKENIZER, chat_template=template
+    )
+    client = TestClient(app)
+    messages = [{"role": "user", "content": "wx?"}]
+    rendered = template.render(messages, add_generation_prompt=True, tools=[WEATHER])
+    tokens = client.post("/tokenize", json={"messages": messages, "tools": [WEATHER]}).json()
+    assert tokens["tokens"] == TOKENIZER.encode(rendered)
+    body = {"messages": messages, "tools": [WEATHER], "max_tokens": 6, "temperature": 0}
+    answer = client.post("/v1/chat/completions", json=body).json()
+    assert answer["usage"]["prompt_tokens"] == tokens["count"]
+    [choice] = answer["choices"]
+    assert "tool_calls" not in choice["message"] and isinstance(choice["message"]["content"], str)
+    streamed = client.post("/v1/chat/completions", json={**body, "stream": True}).text
+    deltas = [json.loads(line[6:]) for line in streamed.splitlines() if line[6:].startswith("{")]
+    text = "".join(d["choices"][0]["delta"].get("content", "") for d in deltas if d["choices"])
+    assert text == choice["message"]["content"]
+    none = client.post("/v1/chat/completions", json={**body, "tool_choice": "none"}).json()
+    assert none["usage"]["prompt_tokens"] < tokens["count"]  # "none": the model is not told
+    # "required": the answer is a call of one of the tools, its arguments valid for its schema.
+    code = {"type": "string", "pattern": "^[A-Z]{3}$"}
+    weather = {**WEATHER["function"], "parameters": {
+        "type": "object", "properties": {"code": code}, "required": ["code"],
+        "additionalProperties": False}}  # fmt: skip
+    forced = {
+        **body, "tools": [WEATHER, {"type": "function", "function": weather | {"name": "wy"}}],
+        "tool_choice": {"type": "function", "function": {"name": "wy"}}, "temperature": 1.0,
+        "max_tokens": 80,
+    }  # fmt: skip
+    wy_only = {"tools": forced["tools"][1:], "tool_choice": "required"}
+    for changes in ({}, wy_only):  # a named tool among two; "required" of the one tool
+        answer = client.post("/v1/chat/completions", json={**forced, **changes})
+        assert answer.status_code == 200, answer.text
+        [choice] = answer.json()["choices"]
+        assert choice["finish_reason"] == "tool_calls", choice
+        [call] = choice["message"]["tool_calls"]
+        assert call["function"]["name"] == "wy"
+        assert re.fullmatch("[A-Z]{3}", json.loads(call["function"]["arguments"])["code"])
+    unknown = {**forced, "tool_choice": {"type": "function", "function": {"name": "nope"}}}
+    refused = client.post("/v1/chat/completions", json=unknown)
+    assert (refused.status_code, refused.json()["error"]["param"]) == (400, "tool_choice")
+
+
+def test_tools_for_a_template_that_cannot_show_them_are_refused(server):
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": [WEATHER]}
+    code, doc = server.request("POST", "/v1/chat/completions", body)
+    assert (code, doc["error"]["param"]) == (400, "tools")
+    assert "does not render tools" in doc["error"]["message"]
+
+
+def test_structured_output_through_the_openai_client(server):
+    client = server.client()
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 8}},
+        "required": ["city"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "place", "schema": schema}}
+    chat = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "where?"}], response_format=fmt,
+        max_tokens=60, temperature=1.0, seed=3,
+    )  # fmt: skip
+    assert list(json.loads(chat.choices[0].message.content)) == ["city"]
+    assert chat.choices[0].finish_reason == "stop"
+    choice = {"guided_choice": ["left", "right"]}
+    texts = [
+        client.completions.create(
+            model=MODEL, prompt="go", max_tokens=10, temperature=1.0, seed=seed, extra_body=choice
+        )
+        .choices[0]
+        .text
+        for seed in range(4)
+    ]
+    assert set(texts) <= {"left", "right"}
+    stream = client.completions.create(
+        model=MODEL, prompt="go", max_tokens=10, temperature=1.0, seed=0, extra_body=choice,
+        stream=True,
+    )  # fmt: skip
+    assert "".join(c.choices[0].text for c in stream if c.choices) == texts[0]
 
 
 def test_requests_that_used_to_stop_the_engine_are_answered(server):

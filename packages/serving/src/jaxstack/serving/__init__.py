@@ -26,6 +26,7 @@ _EXPORTS = {
     "CompletionOutput": "llm.outputs",
     "RequestOutput": "llm.outputs",
     "SamplingParams": "llm.sampling_params",
+    "StructuredOutput": "llm.guided",
     "BatchStats": "models.batcher",
     "DynamicBatcher": "models.batcher",
     "serve": "models.cli",

@@ -21,9 +21,13 @@ class Detokenizer:
         self._full = ""
         self.text = ""  # released so far
 
-    def add(self, token_ids: Sequence[int]) -> tuple[str, str | None]:
-        """Decode after new tokens; returns (newly released text, matched stop string)."""
+    def add(self, token_ids: Sequence[int], *, check_stop: bool = True) -> tuple[str, str | None]:
+        """Decode after new tokens; returns (newly released text, matched stop string).
+        Without `check_stop` (before min_tokens), stop strings are neither matched nor held
+        back: that text is released as it is, and a later match starts after it."""
         self._full = full = self.tokenizer.decode(token_ids)
+        if not check_stop:
+            return self._release(len(full.rstrip(_INCOMPLETE))), None
         if self.stop:
             # Held-back tails guarantee that a stop string starts after the released text.
             hits = [(i, s) for s in self.stop if (i := full.find(s, len(self.text))) >= 0]

@@ -26,6 +26,7 @@ from flax import nnx
 from jaxstack.serving._src.errors import ConfigError, InvalidFieldError, InvalidInputError
 from jaxstack.serving._src.llm.block_manager import BlockManager
 from jaxstack.serving._src.llm.detokenizer import Detokenizer
+from jaxstack.serving._src.llm.guided import GuidedDecoder
 from jaxstack.serving._src.llm.model_runner import ModelRunner, StepResult
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch, Scheduler
@@ -156,6 +157,10 @@ class LLMEngine:
             raise InvalidFieldError("prompt", "prompt is empty; send at least one token")
         if any(not 0 <= t < vocab for t in prompt_token_ids):
             raise InvalidFieldError("prompt", f"prompt token ids must be in [0, {vocab})")
+        if any(t >= vocab for t in params.logit_bias):
+            raise InvalidFieldError("logit_bias", f"logit_bias keys must be token ids < {vocab}")
+        if params.structured_output is not None:
+            params.structured_output.check(has_tokenizer=self.tokenizer is not None)
         if n_prompt >= limit and not (n_prompt == limit and params.max_tokens == 0):
             raise InvalidFieldError(
                 "prompt",
@@ -205,6 +210,9 @@ class LLMEngine:
                 eos_token_id=eos,
                 detokenizer=detok,
             )
+            if params.structured_output is not None:
+                vocab = self.model_config.vocab_size
+                seq.guided = GuidedDecoder(params.structured_output, self.tokenizer, vocab)
             seqs.append(seq)
             self.scheduler.add(seq)
         self.sequences[request_id] = seqs

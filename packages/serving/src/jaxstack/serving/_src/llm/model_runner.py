@@ -259,14 +259,21 @@ class ModelRunner:
             inputs.frequency_penalty[i] = p.frequency_penalty
             inputs.repetition_penalty[i] = p.repetition_penalty
         penalties = None
-        if any(q.params.has_penalties for q in seqs):
+        if any(q.params.adjusts_logits for q in seqs):
             vocab = self.config.vocab_size
             counts = np.zeros((s, vocab), np.int32)
             prompt_mask = np.zeros((s, vocab), bool)
+            bias = np.zeros((s, vocab), np.float32)
             for i, q in enumerate(seqs):
                 np.add.at(counts[i], np.asarray(q.output.token_ids, np.int64), 1)
                 prompt_mask[i, q.prompt_token_ids] = True
-            penalties = sampler.Penalties(counts, prompt_mask)
+                if q.params.logit_bias:
+                    ids, values = zip(*q.params.logit_bias.items(), strict=True)
+                    bias[i, list(ids)] = values
+                bias[i, [t for t in q.banned_token_ids() if t < vocab]] = -np.inf
+                if q.guided is not None:
+                    bias[i, ~q.guided.allowed()] = -np.inf
+            penalties = sampler.Penalties(counts, prompt_mask, bias)
         args = (self.graphdef, self.state, self.k, self.v, x, inputs, penalties)
         static = dict(
             block_size=self.block_size,

@@ -41,6 +41,7 @@ from jaxstack.serving._src.http_common import AuthenticationError, read_body, st
 from jaxstack.serving._src.llm import protocol
 from jaxstack.serving._src.llm.async_engine import AsyncEngine, Delta
 from jaxstack.serving._src.llm.tokenization import encode_text
+from jaxstack.serving._src.llm.tool_calls import ToolCallParser
 
 logger = logging.getLogger("jaxstack.serving.llm")
 
@@ -178,6 +179,49 @@ class _ChatChoice:
         return text, {"content": [e for _, content in pieces for e in content]}
 
 
+class _ToolCalls:
+    """One chat choice's answer read for tool calls (see tool_calls.py). A choice that made a
+    call finishes with reason "tool_calls", as OpenAI's do."""
+
+    def __init__(self, parallel: bool):
+        self.parser = ToolCallParser()
+        self.parallel = parallel
+        self.calls: list[dict[str, Any]] = []
+
+    def _take(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if not self.parallel:
+            calls = calls[: max(0, 1 - len(self.calls))]
+        self.calls += calls
+        return calls
+
+    def _reason(self, finish_reason: str | None) -> str | None:
+        return "tool_calls" if finish_reason == "stop" and self.calls else finish_reason
+
+    def delta(self, text: str, finish_reason: str | None) -> tuple[dict[str, Any], str | None]:
+        """A streamed chunk's delta: the content that is surely content, and closed calls."""
+        content, calls = self.parser.feed(text)
+        if finish_reason is not None:
+            rest, more = self.parser.finish()
+            content, calls = content + rest, calls + more
+        first = len(self.calls)
+        calls = self._take(calls)
+        delta: dict[str, Any] = {"content": content} if content else {}
+        if calls:
+            delta["tool_calls"] = [{"index": first + j, **c} for j, c in enumerate(calls)]
+        return delta, self._reason(finish_reason)
+
+    def message(self, text: str, finish_reason: str | None) -> tuple[dict[str, Any], str | None]:
+        """A whole answer's message: content, and tool_calls when it made any."""
+        content, calls = self.parser.feed(text)
+        rest, more = self.parser.finish()
+        self._take(calls + more)
+        content += rest
+        if not self.calls:
+            return {"role": "assistant", "content": content}, finish_reason
+        message = {"role": "assistant", "content": content or None, "tool_calls": self.calls}
+        return message, self._reason(finish_reason)
+
+
 def create_llm_app(
     engine: AsyncEngine,
     *,
@@ -242,16 +286,32 @@ def create_llm_app(
     def token_text(token_id: int) -> str:
         return tokenizer.decode([token_id]) if tokenizer is not None else f"<{token_id}>"
 
-    def render_chat(messages: list[protocol.ChatMessage], add_generation_prompt: bool):
+    def render_chat(
+        messages: list[protocol.ChatMessage],
+        add_generation_prompt: bool,
+        tools: list[protocol.Tool] | None = None,
+    ):
         if chat_template is None or tokenizer is None:
             raise InvalidFieldError(
                 "messages",
                 "this model has no chat template; start the server with --chat-template FILE "
                 "(a Jinja template) or send prompts to /v1/completions",
             )
+        extra = {}
+        if tools:
+            if "tools" not in chat_template.source:
+                raise InvalidFieldError(
+                    "tools",
+                    "this model's chat template does not render tools, so the model would never "
+                    "see them; serve it with a --chat-template that does (a Hermes/Qwen2.5-style "
+                    "one) or leave 'tools' out",
+                )
+            extra["tools"] = [t.model_dump(exclude_none=True) for t in tools]
         try:
             text = chat_template.render(
-                [m.model_dump() for m in messages], add_generation_prompt=add_generation_prompt
+                [m.model_dump() for m in messages],
+                add_generation_prompt=add_generation_prompt,
+                **extra,
             )
         except Exception as e:  # the template's own raise_exception, or a template bug
             raise InvalidFieldError(
@@ -406,13 +466,17 @@ def create_llm_app(
     @app.post("/v1/chat/completions", dependencies=[Depends(authorized)])
     async def chat_completions(request: Request) -> Response:
         body = await parse(request, protocol.ChatCompletionRequest)
-        prompt = render_chat(body.messages, body.add_generation_prompt)
+        tools = body.tools if body.offers_tools else None
+        prompt = render_chat(body.messages, body.add_generation_prompt, tools)
         k = (body.top_logprobs or 0) if body.logprobs else None
         check_logprobs("top_logprobs", k)
         max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
         params = protocol.sampling_params(body, max_tokens=max_tokens, logprobs=k)
+        if tools and body.forces_tool_call:
+            params = params.replace(structured_output=body.tool_call_grammar())
         n = params.n
         builders = [_ChatChoice(token_text, k=k) for _ in range(n)]
+        calls = [_ToolCalls(body.parallel_tool_calls) if tools else None for _ in range(n)]
         queue, request_ids = await run([prompt], params)
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
@@ -436,10 +500,13 @@ def create_llm_app(
                 if d.prompt_token_ids:  # a sequence's first delta opens its message
                     out.append(chunk(d.index, {"role": "assistant", "content": ""}, None, None))
                 text, lp = builders[d.index].piece(d)
-                if text or d.token_ids or d.finish_reason:
-                    delta = {"content": text} if text else {}
+                delta = {"content": text} if text else {}
+                finish_reason = d.finish_reason
+                if calls[d.index] is not None:
+                    delta, finish_reason = calls[d.index].delta(text, finish_reason)
+                if delta or d.token_ids or finish_reason:
                     out.append(chunk(d.index, delta, {"content": lp} if lp else None,
-                                     d.finish_reason))  # fmt: skip
+                                     finish_reason))  # fmt: skip
                 return out
 
             def final():
@@ -452,13 +519,11 @@ def create_llm_app(
         out = []
         for i, (builder, ds) in enumerate(zip(builders, choices, strict=True)):
             text, lp = builder.merge([builder.piece(d) for d in ds])
+            message, finish_reason = {"role": "assistant", "content": text}, ds[-1].finish_reason
+            if calls[i] is not None:
+                message, finish_reason = calls[i].message(text, finish_reason)
             out.append(
-                {
-                    "index": i,
-                    "message": {"role": "assistant", "content": text},
-                    "logprobs": lp,
-                    "finish_reason": ds[-1].finish_reason,
-                }
+                {"index": i, "message": message, "logprobs": lp, "finish_reason": finish_reason}
             )
         completion_tokens = sum(len(d.token_ids) for ds in choices for d in ds)
         return JSONResponse(
@@ -482,7 +547,7 @@ def create_llm_app(
     async def tokenize(request: Request) -> dict[str, Any]:
         body = await parse(request, protocol.TokenizeRequest)
         if body.messages is not None:
-            tokens = render_chat(body.messages, body.add_generation_prompt)
+            tokens = render_chat(body.messages, body.add_generation_prompt, body.tools)
         else:
             tokens = encode(body.prompt, add_special_tokens=body.add_special_tokens)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}

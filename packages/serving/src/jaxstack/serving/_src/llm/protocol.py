@@ -13,34 +13,36 @@ had been honoured.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
 
 from jaxstack.serving._src.errors import InvalidFieldError, InvalidInputError
+from jaxstack.serving._src.llm.guided import StructuredOutput
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
+from jaxstack.serving._src.llm.tool_calls import CLOSE as CLOSE_CALL
+from jaxstack.serving._src.llm.tool_calls import OPEN as OPEN_CALL
+
+_STRUCTURE_FIELDS = (
+    "response_format",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+)
 
 _STRICT = ConfigDict(strict=True, extra="forbid", allow_inf_nan=False)
 
 # OpenAI fields without an implementation here, and the one value of each that asks nothing.
 _UNSUPPORTED = {
     "suffix": ("inserting text before a suffix is not supported", None),
-    "tools": ("tool calling is not supported", []),
-    "tool_choice": ("tool calling is not supported", "none"),
-    "parallel_tool_calls": ("tool calling is not supported", None),
     "functions": ("function calling is not supported", []),
     "function_call": ("function calling is not supported", "none"),
-    "response_format": ("structured output is not supported", {"type": "text"}),
-    "guided_json": ("guided decoding is not supported", None),
-    "guided_regex": ("guided decoding is not supported", None),
-    "guided_choice": ("guided decoding is not supported", None),
-    "guided_grammar": ("guided decoding is not supported", None),
-    "structured_outputs": ("guided decoding is not supported", None),
+    "structured_outputs": ("use response_format or guided_json/regex/choice/grammar", None),
     "audio": ("audio output is not supported", None),
     "modalities": ("only text output is supported", ["text"]),
     "prediction": ("predicted outputs are not supported", None),
-    "logit_bias": ("logit_bias is not supported", {}),
     "best_of": ("best_of is not supported", None),
 }
 
@@ -112,7 +114,24 @@ def _content(value: Any) -> str:
 
 
 Prompt = Annotated[list[str] | list[list[int]], PlainValidator(_prompt)]
+
+
+def _logit_bias(value: Any) -> dict[int, float]:
+    """OpenAI's logit_bias: token ids (JSON keys, so strings) to values in [-100, 100]."""
+    if not isinstance(value, dict):
+        raise ValueError("must be an object mapping token ids to values in [-100, 100]")
+    bias = {}
+    for key, v in value.items():
+        if not (isinstance(key, str) and key.isascii() and key.isdigit()):
+            raise ValueError(f"has the key {key!r}, which is not a token id")
+        if isinstance(v, bool) or not isinstance(v, int | float) or not -100 <= v <= 100:
+            raise ValueError(f"maps {key} to {v!r}; values must be numbers in [-100, 100]")
+        bias[int(key)] = float(v)
+    return bias
+
+
 Stop = Annotated[list[str], PlainValidator(_stop)]
+LogitBias = Annotated[dict[int, float], PlainValidator(_logit_bias)]
 Content = Annotated[str, PlainValidator(_content)]
 Seed = Annotated[int, Field(ge=-(2**63), lt=2**64)]  # any 64-bit seed, signed or not
 
@@ -149,6 +168,41 @@ def _check_texts(value: Any) -> None:
             _check_texts(item)
 
 
+class _JsonSchema(BaseModel):
+    model_config = _STRICT
+    name: Text = "schema"
+    description: Text | None = None
+    schema_: dict[str, Any] = Field(alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    """OpenAI's response_format: plain text, any JSON object, or JSON of a schema."""
+
+    model_config = _STRICT
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: _JsonSchema | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _schema_with_json_schema(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("'json_schema' goes with type 'json_schema', and only with it")
+        return self
+
+
+def _schema(value: Any) -> dict[str, Any]:
+    """vLLM's guided_json: a JSON Schema as an object or as its JSON text."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ValueError("must be a JSON Schema (an object, or its JSON text)") from None
+    if not isinstance(value, dict):
+        raise ValueError("must be a JSON Schema (an object, or its JSON text)")
+    _check_texts(value)
+    return value
+
+
 class _SamplingRequest(BaseModel):
     """The fields completions and chat completions share."""
 
@@ -167,11 +221,45 @@ class _SamplingRequest(BaseModel):
     repetition_penalty: float = Field(1.0, gt=0)
     stop: Stop = []
     stop_token_ids: list[Annotated[int, Field(ge=0)]] = []
+    min_tokens: int = Field(0, ge=0)
+    logit_bias: LogitBias = {}
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: Text | None = None
+    response_format: ResponseFormat | None = None
+    guided_json: Annotated[dict[str, Any], PlainValidator(_schema)] | None = None
+    guided_regex: Text | None = None
+    guided_choice: list[Annotated[Text, Field(min_length=1)]] | None = Field(None, min_length=1)
+    guided_grammar: Text | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _one_structure(self):
+        asked = [name for name in _STRUCTURE_FIELDS if getattr(self, name) is not None]
+        if self.response_format is not None and self.response_format.type == "text":
+            asked.remove("response_format")
+        if len(asked) > 1:
+            raise InvalidFieldError(asked[1], f"send one of {' and '.join(asked)}, not both")
+        return self
+
+    def structured_output(self) -> StructuredOutput | None:
+        """The grammar the output must follow, from whichever field asked for one."""
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_object":
+            return StructuredOutput("json_object", param="response_format")
+        if fmt is not None and fmt.type == "json_schema":
+            schema = fmt.json_schema.schema_
+            return StructuredOutput("json_schema", schema, param="response_format")
+        for name, kind in (
+            ("guided_json", "json_schema"),
+            ("guided_regex", "regex"),
+            ("guided_choice", "choice"),
+            ("guided_grammar", "grammar"),
+        ):
+            if getattr(self, name) is not None:
+                return StructuredOutput(kind, getattr(self, name), param=name)
+        return None
 
     @pydantic.model_validator(mode="after")
     def _stream_options_need_stream(self):
@@ -188,6 +276,36 @@ class CompletionRequest(_SamplingRequest):
     add_special_tokens: bool = True
 
 
+class FunctionDefinition(BaseModel):
+    model_config = _STRICT
+    name: Annotated[Text, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")]
+    description: Text | None = None
+    parameters: dict[str, Any] | None = None  # a JSON Schema, handed to the chat template
+    strict: bool | None = None
+
+    @pydantic.model_validator(mode="after")
+    def _schema_is_text(self):
+        _check_texts(self.parameters)
+        return self
+
+
+class Tool(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class _FunctionName(BaseModel):
+    model_config = _STRICT
+    name: Text
+
+
+class NamedToolChoice(BaseModel):
+    model_config = _STRICT
+    type: Literal["function"]
+    function: _FunctionName
+
+
 class ChatCompletionRequest(_SamplingRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=0)
@@ -195,12 +313,65 @@ class ChatCompletionRequest(_SamplingRequest):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     add_generation_prompt: bool = True
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool = True
 
     @pydantic.model_validator(mode="after")
     def _top_logprobs_need_logprobs(self):
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidFieldError("top_logprobs", "'top_logprobs' needs 'logprobs': true")
         return self
+
+    @pydantic.model_validator(mode="after")
+    def _tool_choice_needs_tools(self):
+        if self.tool_choice not in (None, "none") and not self.tools:
+            raise InvalidFieldError("tool_choice", "'tool_choice' needs 'tools'")
+        if isinstance(self.tool_choice, NamedToolChoice):
+            names = [t.function.name for t in self.tools]
+            if self.tool_choice.function.name not in names:
+                raise InvalidFieldError(
+                    "tool_choice",
+                    f"'tool_choice' names {self.tool_choice.function.name!r}, which is not one "
+                    f"of the tools ({', '.join(names)})",
+                )
+        if self.forces_tool_call and self.structured_output() is not None:
+            raise InvalidFieldError(
+                "tool_choice", "a forced tool call is its own structured output; send one"
+            )
+        return self
+
+    @property
+    def forces_tool_call(self) -> bool:
+        return self.tool_choice == "required" or isinstance(self.tool_choice, NamedToolChoice)
+
+    def tool_call_grammar(self) -> StructuredOutput:
+        """For tool_choice "required" or a named function: the answer is one Hermes-format call
+        (`<tool_call>{"name", "arguments"}</tool_call>`) of an allowed tool, its arguments
+        valid for the tool's parameters schema."""
+        tools = self.tools
+        if isinstance(self.tool_choice, NamedToolChoice):
+            tools = [t for t in tools if t.function.name == self.tool_choice.function.name]
+        calls = [
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"const": t.function.name},
+                    "arguments": t.function.parameters or {"type": "object"},
+                },
+                "required": ["name", "arguments"],
+                "additionalProperties": False,
+            }
+            for t in tools
+        ]
+        schema = {"anyOf": calls, "x-guidance": {"whitespace_flexible": False}}
+        lark = f'start: "{OPEN_CALL}\\n" call "\\n{CLOSE_CALL}"\ncall: %json {json.dumps(schema)}'
+        return StructuredOutput("grammar", lark, param="tool_choice")
+
+    @property
+    def offers_tools(self) -> bool:
+        """Whether the model is told of tools and its answer read for calls."""
+        return bool(self.tools) and self.tool_choice != "none"
 
 
 class TokenizeRequest(BaseModel):
@@ -212,6 +383,7 @@ class TokenizeRequest(BaseModel):
     model: Text | None = None
     prompt: Text | None = None
     messages: list[ChatMessage] | None = Field(None, min_length=1)
+    tools: list[Tool] | None = None  # rendered with the messages, as a chat request's are
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -290,6 +462,9 @@ def sampling_params(
         include_stop_str_in_output=r.include_stop_str_in_output,
         stop=r.stop,
         stop_token_ids=r.stop_token_ids,
+        min_tokens=r.min_tokens,
+        logit_bias=r.logit_bias,
+        structured_output=r.structured_output(),
         max_tokens=max_tokens,
         logprobs=logprobs,
         prompt_logprobs=prompt_logprobs,

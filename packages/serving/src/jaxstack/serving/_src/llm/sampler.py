@@ -30,8 +30,11 @@ class SamplingInputs(NamedTuple):
 
 
 class Penalties(NamedTuple):
+    """Per-token inputs, built on the host only for steps where some row needs them."""
+
     output_counts: jax.Array  # [S, V] int32, occurrences of each token in the output
     prompt_mask: jax.Array  # [S, V] bool, tokens present in the prompt
+    bias: jax.Array  # [S, V] float32 added to the logits: logit_bias, -inf for banned tokens
 
 
 class Sampled(NamedTuple):
@@ -43,13 +46,14 @@ class Sampled(NamedTuple):
 
 def apply_penalties(logits: jax.Array, s: SamplingInputs, p: Penalties) -> jax.Array:
     """OpenAI presence/frequency penalties on output tokens; CTRL repetition penalty on
-    prompt and output tokens (divide positive logits, multiply negative ones)."""
+    prompt and output tokens (divide positive logits, multiply negative ones); then the bias
+    (logit_bias, and -inf on tokens a row may not sample yet)."""
     counts = p.output_counts.astype(logits.dtype)
     seen = (p.output_counts > 0) | p.prompt_mask
     rep = s.repetition_penalty[:, None]
     logits = jnp.where(seen, jnp.where(logits > 0, logits / rep, logits * rep), logits)
     logits = logits - s.frequency_penalty[:, None] * counts
-    return logits - s.presence_penalty[:, None] * (counts > 0)
+    return logits - s.presence_penalty[:, None] * (counts > 0) + p.bias
 
 
 def filter_logits(logits: jax.Array, s: SamplingInputs) -> jax.Array:

@@ -8,9 +8,10 @@ naming the field, because the server hands these messages straight back as HTTP 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from jaxstack.serving._src.errors import InvalidFieldError
+from jaxstack.serving._src.llm.guided import StructuredOutput
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +30,12 @@ class SamplingParams:
       stop: strings that end generation (not included in the text unless
         include_stop_str_in_output).
       stop_token_ids: token ids that end generation (the token stays in token_ids).
+      min_tokens: tokens to generate before end-of-sequence, stop_token_ids or stop strings may
+        end the output (they are masked out of the sampling until then, as in vLLM).
+      logit_bias: token id -> value in [-100, 100] added to its logit before sampling
+        (OpenAI's logit_bias; -100 bans a token in practice, 100 forces it).
+      structured_output: a grammar the output must follow (JSON, a JSON Schema, a regex, a
+        choice of strings, a Lark grammar); tokens that would break it are never sampled.
       ignore_eos: keep going past the tokenizer's end-of-sequence token.
       presence_penalty, frequency_penalty: OpenAI's penalties on tokens already generated.
       repetition_penalty: CTRL's penalty (>1 discourages) on tokens in the prompt or output.
@@ -47,6 +54,9 @@ class SamplingParams:
     max_tokens: int | None = 16
     stop: Sequence[str] = ()
     stop_token_ids: Sequence[int] = ()
+    min_tokens: int = 0
+    logit_bias: Mapping[int, float] = dataclasses.field(default_factory=dict)
+    structured_output: StructuredOutput | None = None
     ignore_eos: bool = False
     include_stop_str_in_output: bool = False
     presence_penalty: float = 0.0
@@ -60,6 +70,8 @@ class SamplingParams:
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
+        bias = {int(t): float(v) for t, v in self.logit_bias.items()}
+        object.__setattr__(self, "logit_bias", bias)
         if self.top_k == -1:
             object.__setattr__(self, "top_k", 0)
         checks = (
@@ -74,6 +86,16 @@ class SamplingParams:
                 "must be a 64-bit integer",
             ),
             ("max_tokens", self.max_tokens is None or self.max_tokens >= 0, "must be >= 0"),
+            (
+                "min_tokens",
+                0 <= self.min_tokens <= (self.max_tokens if self.max_tokens is not None else 2**62),
+                "must be >= 0 and at most max_tokens",
+            ),
+            (
+                "logit_bias",
+                all(t >= 0 and -100 <= v <= 100 for t, v in self.logit_bias.items()),
+                "must map token ids >= 0 to values in [-100, 100]",
+            ),
             ("presence_penalty", -2 <= self.presence_penalty <= 2, "must be in [-2, 2]"),
             ("frequency_penalty", -2 <= self.frequency_penalty <= 2, "must be in [-2, 2]"),
             ("repetition_penalty", self.repetition_penalty > 0, "must be > 0"),
@@ -97,6 +119,17 @@ class SamplingParams:
     def has_penalties(self) -> bool:
         return bool(
             self.presence_penalty or self.frequency_penalty or self.repetition_penalty != 1.0
+        )
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether the sampler needs this request's per-token logit inputs (penalties,
+        logit_bias, min_tokens, structured output)."""
+        return (
+            self.has_penalties
+            or bool(self.logit_bias)
+            or self.min_tokens > 0
+            or self.structured_output is not None
         )
 
     def replace(self, **changes) -> SamplingParams:

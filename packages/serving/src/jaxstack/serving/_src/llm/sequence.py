@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from jaxstack.serving._src.llm.detokenizer import Detokenizer
+from jaxstack.serving._src.llm.guided import GuidedDecoder
 from jaxstack.serving._src.llm.outputs import CompletionOutput
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 
@@ -73,6 +74,7 @@ class Sequence:
         self.arrival_time = time.monotonic()
         self.first_token_time: float | None = None
         self.error: BaseException | None = None  # why the engine failed it (finish "error")
+        self.guided: GuidedDecoder | None = None  # structured output's matcher, if asked
 
     @property
     def token_ids(self) -> list[int]:
@@ -97,14 +99,17 @@ class Sequence:
             out.top_logprobs.append(top or {})
         if self.first_token_time is None:
             self.first_token_time = time.monotonic()
+        if self.guided is not None:
+            self.guided.take(token_id)
         new_text, stop = "", None
+        may_stop = len(out.token_ids) >= self.params.min_tokens
         if self.detokenizer is not None:
-            new_text, stop = self.detokenizer.add(out.token_ids)
+            new_text, stop = self.detokenizer.add(out.token_ids, check_stop=may_stop)
         if stop is not None:
             self.finish("stop", stop)
-        elif token_id in self.params.stop_token_ids:
+        elif may_stop and token_id in self.params.stop_token_ids:
             self.finish("stop", token_id)
-        elif token_id == self.eos_token_id and not self.params.ignore_eos:
+        elif self._ends_here(token_id, may_stop):
             self.finish("stop")
         elif len(out.token_ids) >= self.max_tokens:
             self.finish("length")
@@ -113,6 +118,20 @@ class Sequence:
         if self.detokenizer is not None:
             out.text = self.detokenizer.text
         return new_text, out.finish_reason
+
+    def _ends_here(self, token_id: int, may_stop: bool) -> bool:
+        """End-of-sequence (when it may stop), or a structured output that is complete."""
+        eos = may_stop and token_id == self.eos_token_id and not self.params.ignore_eos
+        return eos or (self.guided is not None and self.guided.done)
+
+    def banned_token_ids(self) -> list[int]:
+        """Tokens the next sample may not be: before min_tokens, those that would stop it."""
+        if len(self.output.token_ids) >= self.params.min_tokens:
+            return []
+        banned = list(self.params.stop_token_ids)
+        if self.eos_token_id is not None and not self.params.ignore_eos:
+            banned.append(self.eos_token_id)
+        return banned
 
     def finish(self, reason: str, stop_reason: str | int | None = None) -> None:
         self.output.finish_reason = reason
