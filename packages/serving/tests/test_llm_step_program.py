@@ -7,6 +7,9 @@ not donated and so rewritten out of place) takes time in proportion to num_block
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 from flax import nnx
 
@@ -37,3 +40,61 @@ def test_the_step_updates_the_kv_cache_in_place_whatever_its_capacity(model):
     # them smaller than one layer's keys.
     assert big.temp_size_in_bytes == small.temp_size_in_bytes
     assert big.temp_size_in_bytes < layer_bytes
+
+
+# Block tables four loop chunks wide (the XLA attention walks them 16 pages at a time): the
+# loop reads its pages from an operand, so a layer sliced out of the cache would be copied.
+LONG = dict(ENGINE, max_model_len=1024)
+DTYPE_BYTES = {"f32": 4, "bf16": 2, "f16": 2, "s32": 4, "u32": 4, "s8": 1, "u8": 1, "pred": 1}
+
+
+@pytest.fixture(scope="module")
+def long_model(tiny_lm_config):
+    return nnlib.Transformer(tiny_lm_config.replace(max_seq_len=1024), rngs=nnx.Rngs(0))
+
+
+def large_buffers(hlo: str, min_bytes: int) -> list[str]:
+    """Instructions of the compiled entry computation that make an array of `min_bytes` or
+    more, other than parameters, bitcasts, tuple elements and in-place updates (fusions whose
+    root is a scatter or a dynamic-update-slice: with the cache donated they write into it)."""
+    roots, entry, name = {}, [], None
+    for line in hlo.splitlines():
+        if m := re.match(r"(ENTRY )?%(\S+) .*\{$", line):
+            name = "ENTRY" if m[1] else m[2]
+        elif m := re.match(r"\s+ROOT %\S+ = \S+ ([\w-]+)\(", line):
+            roots[name] = m[1]
+        if name == "ENTRY":
+            entry.append(line)
+    found = []
+    for line in entry:
+        m = re.match(r"\s+(?:ROOT )?%(\S+) = (\w+)\[([\d,]*)\]\{[\d,]*\} ([\w-]+)\(", line)
+        if not m or m[4] in ("parameter", "bitcast", "get-tuple-element"):
+            continue
+        called = re.search(r"calls=%([\w.-]+)", line)
+        if m[4] == "fusion" and roots.get(called[1]) in ("scatter", "dynamic-update-slice"):
+            continue
+        size = DTYPE_BYTES.get(m[2], 8) * math.prod(int(d) for d in m[3].split(",") if d)
+        if size >= min_bytes:
+            found.append(f"{m[1]}: {m[2]}[{m[3]}] {m[4]}")
+    return found
+
+
+def test_the_step_makes_no_buffer_of_a_layers_size(long_model):
+    runner = LLM(long_model, **LONG, num_blocks=4096).engine.runner
+    compiled = runner.lower(ENGINE["max_num_seqs"]).compile()
+    layer_bytes = runner.k.nbytes // long_model.config.num_layers
+    assert large_buffers(compiled.as_text(), layer_bytes // 8) == []
+
+
+def test_the_steps_scratch_memory_follows_neither_capacity_nor_context_length(long_model):
+    def temp_bytes(**options):
+        runner = LLM(long_model, **{**LONG, **options}).engine.runner
+        compiled = runner.lower(ENGINE["max_num_seqs"]).compile()
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    small = temp_bytes(num_blocks=129, max_model_len=256)
+    big = temp_bytes(num_blocks=4096)
+    layer_bytes = 4096 * 16 * long_model.config.num_kv_heads * long_model.config.head_dim * 4
+    # 32x the cache and 4x the block tables' width: the scratch may grow by the wider tables
+    # (8 sequences x 48 more int32 entries, a few copies of them), never by the cache.
+    assert big - small < layer_bytes // 64

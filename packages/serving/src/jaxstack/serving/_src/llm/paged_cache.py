@@ -6,8 +6,10 @@ nnlib's attention layer calls `cache.attend(layer, q, k, v, ...)` per layer and
 so `attend` writes the new keys and values into their slots (`slot_mapping`: block id *
 block_size + offset, from the block tables) and runs kernlib's `ragged_paged_attention` over
 the layer's pages. The cache arrays are [layers, num_blocks * block_size, kv_heads, head_dim]:
-a slot-major layout makes the write one scatter and is a free reshape of the
-[num_blocks, block_size, ...] pages the kernel reads.
+a slot-major layout makes the write one scatter (in place: the engine donates the cache) and
+is a free reshape of the [layers * num_blocks, block_size, ...] pages the kernel reads, where
+layer l's pages are l * num_blocks + its block ids. Nothing in a step is proportional to the
+cache's capacity: the kernel reads the pages of the live tokens only.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ import jax
 import jax.numpy as jnp
 
 from jaxstack import kernlib
+
+# Loaded now, not inside the first step's trace: loading the kernel's modules registers JAX
+# options that are part of jit's cache key, so the program traced first would never be hit
+# again and its step shape would compile twice (once at warm-up, once serving).
+ragged_paged_attention = kernlib.ragged_paged_attention
 
 
 @jax.tree_util.register_dataclass
@@ -44,14 +51,18 @@ class PagedKVCache:
         del positions, segment_ids  # the block tables and query_start_loc carry both
         new_k = self.k.at[layer, self.slot_mapping].set(k[0].astype(self.k.dtype))
         new_v = self.v.at[layer, self.slot_mapping].set(v[0].astype(self.v.dtype))
-        _, slots, kv_heads, head_dim = self.k.shape
-        pages = (slots // self.block_size, self.block_size, kv_heads, head_dim)
-        out = kernlib.ragged_paged_attention(
+        layers, slots, kv_heads, head_dim = self.k.shape
+        num_pages = slots // self.block_size
+        # Every layer's pages as one [layers * num_pages, ...] array (a bitcast of the cache)
+        # and this layer's block tables offset into it: `new_k[layer]` would be a slice that
+        # XLA copies out, a whole layer's cache per layer and step.
+        pages = (layers * num_pages, self.block_size, kv_heads, head_dim)
+        out = ragged_paged_attention(
             q[0],
-            new_k[layer].reshape(pages).astype(q.dtype),
-            new_v[layer].reshape(pages).astype(q.dtype),
+            new_k.reshape(pages),
+            new_v.reshape(pages),
             self.kv_lens,
-            self.block_tables,
+            self.block_tables + layer * num_pages,
             self.query_start_loc,
             self.num_seqs,
             scale=scale,
