@@ -11,6 +11,7 @@ by uv.lock), which is what proves that `pip install jaxstack-<x>` works by itsel
     nox -s "compat_release(package='nnlib')" # the scenario with nnlib at its release
     nox -s release -- nnlib                 # record nnlib's current version as released today
     nox -s docs                             # the documentation site, strict, offline
+    nox -s docs-tutorials                   # every tutorial run from start to end
 """
 
 from __future__ import annotations
@@ -36,11 +37,22 @@ PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900", "--durations=8"]
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
 # The scenario asks the LLM server through the official client, as a user would.
 INTEGRATION_TOOLS = [*TEST_TOOLS, "openai"]
-DOCS_TOOLS = ["mkdocs==1.6.1", "mkdocstrings-python==2.0.11", "markdown-exec==1.12.6"]
+DOCS_TOOLS = [
+    "mkdocs==1.6.1",
+    "mkdocs-material==9.8.1",
+    "mkdocstrings-python==2.0.11",
+    "markdown-exec==1.12.6",
+]
+# The tutorials talk to the LLM server through the official client, as a reader would.
+TUTORIAL_TOOLS = ["openai"]
 JAX_BACKEND_EXTRAS = {"cpu": None, "gpu": "jax[cuda13]", "tpu": "jax[tpu]"}
 # The TPU compiler for ahead-of-time checks on CPU machines: the libtpu that jax 0.12 expects.
 LIBTPU = "libtpu==0.0.51"
-TPU_AOT_TESTS = ["packages/kernlib/tests/test_tpu_aot.py"]
+TPU_AOT_TESTS = [
+    "packages/kernlib/tests/test_tpu_aot.py",
+    "packages/trainer/tests/test_aot.py",
+    "packages/serving/tests/test_tpu_aot.py",
+]
 
 
 def lock_constraints(session: nox.Session) -> str:
@@ -142,10 +154,21 @@ def integration(session: nox.Session, backend: str) -> None:
 def tpu_aot(session: nox.Session) -> None:
     """Every TPU path compiled ahead of time, on this CPU machine, for v5e, v5p and v6e chips by
     the real TPU compiler (libtpu next to the locked jax; nothing runs on a chip): each kernlib
-    Mosaic kernel forward and backward. A compile failure fails the session."""
-    packages = closure("kernlib", with_test_extra=True)
-    install_packages(session, packages, *TEST_TOOLS, LIBTPU)
-    env = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "JAXSTACK_REQUIRE_LIBTPU": "1"}
+    Mosaic kernel forward and backward, the trainer's step for TPU slices (`--aot-topology`),
+    and the serving engine's step for v6e with the Mosaic ragged paged attention. A compile
+    failure fails the session. About 10 minutes on 2 busy cores, so only in `./dev test-all`."""
+    packages = {
+        p.folder: p
+        for root in ("kernlib", "trainer", "serving")
+        for p in closure(root, with_test_extra=True)
+    }
+    install_packages(session, list(packages.values()), *TEST_TOOLS, LIBTPU)
+    env = {
+        "JAX_PLATFORMS": "cpu",
+        "TPU_SKIP_MDS_QUERY": "1",
+        "ALLOW_MULTIPLE_LIBTPU_LOAD": "1",  # another process holding libtpu's lock is harmless
+        "JAXSTACK_REQUIRE_LIBTPU": "1",
+    }
     session.run("pytest", *TPU_AOT_TESTS, *PYTEST_DEFAULT, *session.posargs, env=env)
 
 
@@ -203,6 +226,16 @@ def docs(session: nox.Session) -> None:
     site = Path(session.create_tmp()) / "site"
     session.run("mkdocs", "build", "--strict", "--site-dir", str(site), *session.posargs)
     session.log(f"site written to {site}")
+
+
+@nox.session(name="docs-tutorials")
+def docs_tutorials(session: nox.Session) -> None:
+    """Every tutorial (docs/tutorials/) run from start to end as a reader would, its bash and
+    python blocks in order, in a fresh directory (tools/run_tutorials.py); a block that fails
+    fails the session. About 10 minutes on 2 busy cores, so only in `./dev test-all`."""
+    install_packages(session, all_packages(), *TUTORIAL_TOOLS)
+    workdir = Path(session.create_tmp()) / "tutorials"
+    session.run("python", "tools/run_tutorials.py", "--workdir", str(workdir), *session.posargs)
 
 
 @nox.session

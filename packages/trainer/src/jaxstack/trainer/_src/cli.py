@@ -3,6 +3,7 @@
     jaxstack-train                                   # the main job: tiny model, default corpus
     jaxstack-train --config tiny model.num_layers=2 optim.lr=3e-4 train.steps=100
     jaxstack-train --config llama3-8b --dry-run --mesh fsdp=8
+    jaxstack-train --config llama3-8b --aot-topology v5p-128   # compile for a TPU slice here
     jaxstack-train --list-configs
 
 Exit statuses: 0 the run finished; 2 an error the user can fix (bad preset, unknown key or
@@ -61,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", help="run directory (default: runs/<UTC timestamp>)")
     p.add_argument("--dry-run", action="store_true", help="AOT-compile one step; allocate nothing")
     p.add_argument("--mesh", help="mesh for --dry-run (or the run), e.g. data=2,fsdp=4")
+    p.add_argument(
+        "--aot-topology",
+        metavar="SLICE",
+        help="compile the train step for a TPU slice (v5e-16, v6e-256, v5p-128) on this machine "
+        "with libtpu; print memory per chip vs HBM, FLOPs, predicted step time and MFU",
+    )
     p.add_argument("--list-configs", action="store_true", help="list the presets and exit")
     p.add_argument("--print-config", action="store_true", help="print the resolved config")
     return p
@@ -96,13 +103,22 @@ def _main(args: argparse.Namespace) -> int:
     if args.run_dir:
         overrides.append(f"log.run_dir={args.run_dir}")
     mesh = parse_mesh(args.mesh) if args.mesh else None
-    if mesh and not args.dry_run:
+    if mesh and not (args.dry_run or args.aot_topology):
         overrides += [f"mesh.{a}={n}" for a, n in mesh.items()]
     config = load_config(args.config, overrides)
     if args.print_config:
         import yaml
 
         print(yaml.safe_dump(config.to_dict(), sort_keys=False))
+        return 0
+    if args.aot_topology:
+        for name, value in AOT_ENV.items():
+            os.environ.setdefault(name, value)
+        from jaxstack.trainer._src.aot import aot_train_compile, check_fits, format_aot_report
+
+        report = aot_train_compile(config, args.aot_topology, mesh)
+        print(format_aot_report(report))
+        check_fits(report)
         return 0
     if args.dry_run:
         if mesh:
@@ -140,6 +156,8 @@ def _main(args: argparse.Namespace) -> int:
 
 
 COMPILE_DEVICE_LIMIT = 64
+# a CPU host compiling for TPUs: no TPU metadata server to ask, and no lock on a chip to take
+AOT_ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 def _add_xla_flags(extra: str | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -27,11 +28,17 @@ from jaxstack.trainer._src.session import abstract_batch, loss_fn_for, plan_stat
 from jaxstack.trainer._src.step import make_train_step
 
 
-def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[str, Any]:
+def dry_run(
+    config: Config,
+    mesh_sizes: dict[str, int] | None = None,
+    devices: Sequence[jax.Device] | None = None,
+) -> dict[str, Any]:
     """Lowers (and if possible compiles) one train step; returns a flat report dict.
 
-    `mesh_sizes` gives the axis sizes (default: the config's mesh over the visible devices).
-    Raises MeshError if the batch does not divide the mesh, as a real run would.
+    `mesh_sizes` gives the axis sizes (default: the config's mesh over the devices). `devices`
+    are the devices to compile for (default: the visible ones; `aot.aot_train_compile` passes a
+    described TPU slice's). Raises MeshError if the batch does not divide the mesh, as a real
+    run would.
     """
     from jaxstack import datalib
 
@@ -40,7 +47,8 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
     if config.data.vocab_from_tokenizer and config.data.tokenizer == "byte":
         tokenizer_vocab = datalib.ByteTokenizer().vocab_size
     mcfg = model_mod.model_config(config, tokenizer_vocab)
-    n_visible = jax.device_count()
+    devices = list(devices) if devices is not None else jax.devices()
+    n_visible = len(devices)
     if mesh_sizes is None:
         mesh_sizes = mesh_mod.resolve_axes(config.mesh, n_visible)
     mesh_sizes = {a: int(mesh_sizes.get(a, 1)) for a in mesh_mod.AXES}
@@ -50,7 +58,7 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
     if concrete:
         shape = tuple(mesh_sizes[a] for a in mesh_mod.AXES)
         auto = (jax.sharding.AxisType.Auto,) * len(mesh_mod.AXES)
-        mesh = jax.make_mesh(shape, mesh_mod.AXES, axis_types=auto, devices=jax.devices()[:n])
+        mesh = jax.make_mesh(shape, mesh_mod.AXES, axis_types=auto, devices=devices[:n])
     else:
         mesh = mesh_mod.abstract_mesh(mesh_sizes)
     rules = mesh_mod.logical_rules(config.mesh)
@@ -73,7 +81,7 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
     if concrete:
         lowered = jitted.lower(state_abs, batch)
     else:
-        platform = jax.devices()[0].platform
+        platform = devices[0].platform
         lowered = jitted.trace(state_abs, batch).lower(lowering_platforms=(platform,))
 
     tokens = config.data.batch_size * config.data.seq_len
@@ -92,6 +100,8 @@ def dry_run(config: Config, mesh_sizes: dict[str, int] | None = None) -> dict[st
         compiled = lowered.compile()
         report.update(_memory(compiled))
         cost = _cost(compiled)
+        if (seconds := _cost(compiled, "optimal_seconds")) is not None and seconds > 0:
+            report["cost_model_seconds_loops_once"] = seconds
     else:
         cost = _cost(lowered)
         report["note"] = (
@@ -138,16 +148,16 @@ def _memory(compiled: Any) -> dict[str, int]:
     return out
 
 
-def _cost(stage: Any) -> float | None:
+def _cost(stage: Any, key: str = "flops") -> float | None:
     try:
         cost = stage.cost_analysis()
     except Exception:
         return None
     if isinstance(cost, list | tuple):
         cost = cost[0] if cost else None
-    if not cost or "flops" not in cost:
+    if not cost or key not in cost:
         return None
-    return float(cost["flops"])
+    return float(cost[key])
 
 
 def format_report(report: dict[str, Any]) -> str:

@@ -37,6 +37,7 @@ class DevicePeak:
     source: str = "given"
     flops_per_s_f32: float | None = None  # float32 matmul FLOP/s where it differs
     load_per_core: float | None = None  # measured peaks: the load average per core meanwhile
+    hbm_bytes: float | None = None  # device memory per chip, where the spec table gives it
 
     @property
     def ridge_intensity(self) -> float:
@@ -66,6 +67,7 @@ class SpecRow:
     f32_flops: float | None  # None: the same as bf16 (TPUs run f32 matmuls as bf16 passes)
     bytes_per_s: float
     source: str
+    hbm_bytes: float | None = None  # memory capacity per chip (TPU rows so far)
 
 
 T, G = 1e12, 1e9
@@ -92,14 +94,14 @@ SPEC_TABLE: tuple[SpecRow, ...] = (
     SpecRow("a10g", 125 * T, 62.5 * T, 600 * G, f"{_NV}: A10 (A10G: AWS gives no tensor figure)"),
     SpecRow("a10", 125 * T, 62.5 * T, 600 * G, f"{_NV}: A10"),
     SpecRow("v100", 125 * T, 15.7 * T, 900 * G, f"{_NV}: V100 SXM2 (fp16 tensor; no TF32)"),
-    SpecRow("tpu v6 lite", 918 * T, None, 1640 * G, f"{_GOOGLE}: v6e (Trillium)"),
-    SpecRow("tpu v6e", 918 * T, None, 1640 * G, f"{_GOOGLE}: v6e (Trillium)"),
-    SpecRow("tpu v5 lite", 197 * T, None, 819 * G, f"{_GOOGLE}: v5e"),
-    SpecRow("tpu v5e", 197 * T, None, 819 * G, f"{_GOOGLE}: v5e"),
-    SpecRow("tpu v5p", 459 * T, None, 2765 * G, f"{_GOOGLE}: v5p"),
-    SpecRow("tpu v5", 459 * T, None, 2765 * G, f"{_GOOGLE}: v5p"),
-    SpecRow("tpu v4", 275 * T, None, 1228 * G, f"{_GOOGLE}: v4"),
-    SpecRow("tpu v3", 123 * T, None, 900 * G, f"{_GOOGLE}: v3"),
+    SpecRow("tpu v6 lite", 918 * T, None, 1640 * G, f"{_GOOGLE}: v6e (Trillium)", 32 * G),
+    SpecRow("tpu v6e", 918 * T, None, 1640 * G, f"{_GOOGLE}: v6e (Trillium)", 32 * G),
+    SpecRow("tpu v5 lite", 197 * T, None, 819 * G, f"{_GOOGLE}: v5e", 16 * G),
+    SpecRow("tpu v5e", 197 * T, None, 819 * G, f"{_GOOGLE}: v5e", 16 * G),
+    SpecRow("tpu v5p", 459 * T, None, 2765 * G, f"{_GOOGLE}: v5p", 95 * G),
+    SpecRow("tpu v5", 459 * T, None, 2765 * G, f"{_GOOGLE}: v5p", 95 * G),
+    SpecRow("tpu v4", 275 * T, None, 1228 * G, f"{_GOOGLE}: v4", 32 * G),
+    SpecRow("tpu v3", 123 * T, None, 900 * G, f"{_GOOGLE}: v3", 32 * G),
 )
 
 
@@ -109,7 +111,14 @@ def spec_peak(device_kind: str) -> DevicePeak | None:
     for row in SPEC_TABLE:
         if row.match in kind:
             source = f"spec table: {row.source}"
-            return DevicePeak(device_kind, row.bf16_flops, row.bytes_per_s, source, row.f32_flops)
+            return DevicePeak(
+                device_kind,
+                row.bf16_flops,
+                row.bytes_per_s,
+                source,
+                row.f32_flops,
+                hbm_bytes=row.hbm_bytes,
+            )
     return None
 
 
