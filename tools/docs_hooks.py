@@ -44,6 +44,10 @@ def defining_path(package, name: str) -> str:
     return f"{owners[-1]}.{name}"
 
 
+# A constant whose value prints longer than this is shown without it (name, type, docstring).
+LONGEST_SHOWN_VALUE = 120
+
+
 def reference_page(import_name: str) -> str:
     package = importlib.import_module(import_name)
     summary = (package.__doc__ or "").strip().split("\n\n")[0]
@@ -54,8 +58,11 @@ def reference_page(import_name: str) -> str:
             "    options:",
             f'      heading: "{import_name}.{name}"',
             f'      toc_label: "{name}"',
-            "",
         ]
+        if len(repr(getattr(package, name))) > LONGEST_SHOWN_VALUE:
+            # A table or a template: its docstring says what it holds; the heading stays short.
+            lines.append("      show_attribute_values: false")
+        lines.append("")
     return "\n".join(lines)
 
 
