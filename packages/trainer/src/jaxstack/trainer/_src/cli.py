@@ -75,6 +75,15 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     # First thing, before JAX is imported (that takes seconds): SIGTERM/SIGINT are answered.
+    """The `jaxstack-train` command (see the module docstring for its forms and exit statuses).
+
+    Args:
+      argv: the arguments after the program name (default: `sys.argv[1:]`).
+
+    Returns:
+      The exit status: 0 the run finished, 2 an error the user can fix (one line naming the key
+      or file and the fix); a stop signal exits 143 (SIGTERM) or 130 (SIGINT) after saving.
+    """
     STOP.install()
     try:
         return _main(_parser().parse_args(argv))

@@ -73,7 +73,6 @@ class SpecRow:
 T, G = 1e12, 1e9
 _NV = "NVIDIA data sheet, dense (the sheet's sparse figure halved)"
 _GOOGLE = "Google Cloud TPU system architecture page, per chip"
-# Checked in order: more specific names first.
 SPEC_TABLE: tuple[SpecRow, ...] = (
     SpecRow("b200", 2250 * T, 1100 * T, 8000 * G, f"{_NV}: HGX B200, per GPU"),
     SpecRow("gh200", 989 * T, 494 * T, 4000 * G, f"{_NV}: GH200 Grace Hopper (96 GB HBM3)"),
@@ -103,6 +102,10 @@ SPEC_TABLE: tuple[SpecRow, ...] = (
     SpecRow("tpu v4", 275 * T, None, 1228 * G, f"{_GOOGLE}: v4", 32 * G),
     SpecRow("tpu v3", 123 * T, None, 900 * G, f"{_GOOGLE}: v3", 32 * G),
 )
+"""The project's one table of accelerator peaks (bf16 and float32 matmul FLOP/s, memory
+bandwidth, HBM per chip where known, each row naming its data sheet): `spec_peak` matches a
+device kind against it in order (more specific names first). MFU, rooflines and the TPU fit
+checks all read it."""
 
 
 def spec_peak(device_kind: str) -> DevicePeak | None:
