@@ -121,6 +121,70 @@ def test_streamed_completion_equals_the_unstreamed_one_and_reports_usage(server)
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
 
 
+def merged_stream(server, path: str, body: dict) -> dict[int, dict]:
+    """The streamed answer's chunks joined per choice index, in the unstreamed shape."""
+    code, text = server.request("POST", path, {**body, "stream": True})
+    assert code == 200, text
+    merged: dict[int, dict] = {}
+    for line in text.splitlines():
+        if not line.startswith("data: {"):
+            continue
+        for c in json.loads(line[6:])["choices"]:
+            into = merged.setdefault(c["index"], {"text": "", "logprobs": None})
+            piece = c.get("delta", c)
+            into["text"] += piece.get("text", piece.get("content")) or ""
+            if c["logprobs"]:
+                lp = into["logprobs"] or {key: [] for key in c["logprobs"]}
+                into["logprobs"] = {key: lp[key] + value for key, value in c["logprobs"].items()}
+            if c["finish_reason"]:
+                into["finish_reason"] = c["finish_reason"]
+    return merged
+
+
+def same(a, b) -> bool:
+    """Equal, log-probabilities within 1e-5: the second request of a pair reuses the first's
+    cached prefix, so its prompt runs in a smaller step whose float sums round differently."""
+    if isinstance(a, float) or isinstance(b, float):
+        return a is not None and b is not None and abs(a - b) <= 1e-5
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+SAMPLING_MODES = [
+    {"temperature": 0},
+    {"temperature": 1.0, "seed": 4, "n": 2, "top_p": 0.9, "top_k": 50},
+    {"temperature": 0.7, "seed": 1, "presence_penalty": 1.0, "logit_bias": {"110": 5}},
+    {"temperature": 0, "stop": ["e"], "min_tokens": 2},
+    {"temperature": 1.0, "seed": 2, "guided_regex": "[a-z]{4}"},
+]
+
+
+@pytest.mark.parametrize("mode", SAMPLING_MODES)
+def test_streaming_equals_not_streaming_field_by_field(server, mode):
+    completion = {"prompt": "abc", "max_tokens": 8, "logprobs": 2, **mode}
+    for body in (completion, {**completion, "echo": True}):
+        code, full = server.request("POST", "/v1/completions", body)
+        assert code == 200, full
+        merged = merged_stream(server, "/v1/completions", body)
+        for choice in full["choices"]:
+            got = merged[choice["index"]]
+            assert (got["text"], got["finish_reason"]) == (choice["text"], choice["finish_reason"])
+            assert same(got["logprobs"], choice["logprobs"])
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, **mode}
+    chat |= {"logprobs": True, "top_logprobs": 2}
+    code, full = server.request("POST", "/v1/chat/completions", chat)
+    assert code == 200, full
+    merged = merged_stream(server, "/v1/chat/completions", chat)
+    for choice in full["choices"]:
+        got = merged[choice["index"]]
+        assert got["text"] == choice["message"]["content"]
+        assert got["finish_reason"] == choice["finish_reason"]
+        assert same(got["logprobs"], choice["logprobs"])
+
+
 def test_n_samples_and_logprobs(server):
     client = server.client()
     out = client.completions.create(
@@ -298,7 +362,7 @@ def test_models_tokenize_detokenize_health(server):
             "not a field",
         ),
         ({"prompt": "x", "suffix": "y"}, 400, "suffix", "not supported"),
-        ({"prompt": "x", "best_of": 2}, 400, "best_of", "not supported"),
+        ({"prompt": "x", "n": 3, "best_of": 2}, 400, "best_of", "must be >= n=3"),
         ({"prompt": "x", "logit_bias": {"a": 1}}, 400, "logit_bias", "not a token id"),
         ({"prompt": "x", "logit_bias": {"5": 101}}, 400, "logit_bias", "[-100, 100]"),
         ({"prompt": "x", "logit_bias": {"999": 1}}, 400, "logit_bias", "token ids < 259"),
@@ -478,6 +542,22 @@ def test_structured_output_through_the_openai_client(server):
         stream=True,
     )  # fmt: skip
     assert "".join(c.choices[0].text for c in stream if c.choices) == texts[0]
+
+
+def test_best_of_answers_the_most_likely_of_its_samples(server):
+    client = server.client()
+    sample = dict(model=MODEL, prompt="abc", max_tokens=6, temperature=1.0, seed=9)
+    four = client.completions.create(**sample, n=4, logprobs=0).choices
+    likelihood = [sum(c.logprobs.token_logprobs) for c in four]
+    ranked = sorted(range(4), key=likelihood.__getitem__, reverse=True)
+    best = client.completions.create(**sample, extra_body={"best_of": 4}).choices
+    assert [c.text for c in best] == [four[ranked[0]].text]
+    two = client.completions.create(**sample, n=2, extra_body={"best_of": 4}).choices
+    assert [c.text for c in two] == [four[i].text for i in sorted(ranked[:2])]
+    code, doc = server.request(
+        "POST", "/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}
+    )
+    assert (code, doc["error"]["param"]) == (400, "best_of")
 
 
 def test_requests_that_used_to_stop_the_engine_are_answered(server):

@@ -179,6 +179,20 @@ class _ChatChoice:
         return text, {"content": [e for _, content in pieces for e in content]}
 
 
+def _most_likely(choices: list[list[Delta]], sampled: int, n: int) -> list[int]:
+    """Indices of the choices to answer: per prompt, the n of its `sampled` sequences with the
+    highest cumulative log-probability (best_of), in the order they were sampled; all of them
+    when sampled == n."""
+    if sampled == n:
+        return list(range(len(choices)))
+    kept = []
+    for start in range(0, len(choices), sampled):
+        group = range(start, start + sampled)
+        score = {c: sum(lp for d in choices[c] for lp in d.logprobs) for c in group}
+        kept += sorted(sorted(group, key=score.__getitem__, reverse=True)[:n])
+    return kept
+
+
 class _ToolCalls:
     """One chat choice's answer read for tool calls (see tool_calls.py). A choice that made a
     call finishes with reason "tool_calls", as OpenAI's do."""
@@ -272,10 +286,12 @@ def create_llm_app(
             raise UnknownModelError(
                 f"the model {body.model!r} is not served here; use {model_name!r}"
             )
-        if getattr(body, "n", 1) > max_n:
-            raise InvalidFieldError(
-                "n", f"n={body.n} is above this server's limit of {max_n} (--max-n)"
-            )
+        for name in ("n", "best_of"):
+            value = getattr(body, name, None)
+            if value is not None and value > max_n:
+                raise InvalidFieldError(
+                    name, f"{name}={value} is above this server's limit of {max_n} (--max-n)"
+                )
         return body
 
     def encode(text: str, *, add_special_tokens: bool = True) -> list[int]:
@@ -412,7 +428,9 @@ def create_llm_app(
             prompt_logprobs=k if body.echo else None,
         )
         n = params.n
-        total = len(prompts) * n
+        if body.best_of is not None:  # sample best_of, answer the n most likely
+            params = params.replace(n=body.best_of)
+        total = len(prompts) * params.n
 
         def echo(tag: int) -> str | None:
             if not body.echo:
@@ -421,7 +439,9 @@ def create_llm_app(
                 return texts[tag]
             return tokenizer.decode(prompts[tag]) if tokenizer is not None else ""
 
-        builders = [_CompletionChoice(token_text, k=k, echo=echo(i // n)) for i in range(total)]
+        builders = [
+            _CompletionChoice(token_text, k=k, echo=echo(i // params.n)) for i in range(total)
+        ]
         queue, request_ids = await run(prompts, params)
         head = {
             "id": f"cmpl-{uuid.uuid4().hex}",
@@ -450,9 +470,11 @@ def create_llm_app(
                 return [{**head, "choices": [], "usage": _usage(prompt_tokens, completion_tokens)}]
 
             return stream(queue, request_ids, total, chunks, final)
-        choices = await collect(queue, request_ids, total, n)
+        choices = await collect(queue, request_ids, total, params.n)
+        kept = _most_likely(choices, params.n, n)
         out = []
-        for i, (builder, ds) in enumerate(zip(builders, choices, strict=True)):
+        for i, c in enumerate(kept):
+            builder, ds = builders[c], choices[c]
             text, lp = builder.merge([builder.piece(d) for d in ds])
             out.append(
                 {"index": i, "text": text, "logprobs": lp, "finish_reason": ds[-1].finish_reason}

@@ -43,7 +43,6 @@ _UNSUPPORTED = {
     "audio": ("audio output is not supported", None),
     "modalities": ("only text output is supported", ["text"]),
     "prediction": ("predicted outputs are not supported", None),
-    "best_of": ("best_of is not supported", None),
 }
 
 
@@ -274,6 +273,17 @@ class CompletionRequest(_SamplingRequest):
     echo: bool = False
     logprobs: int | None = Field(None, ge=0)
     add_special_tokens: bool = True
+    best_of: int | None = Field(None, ge=1)
+
+    @pydantic.model_validator(mode="after")
+    def _best_of_at_least_n_and_not_streamed(self):
+        if self.best_of is None:
+            return self
+        if self.best_of < self.n:
+            raise InvalidFieldError("best_of", f"best_of={self.best_of} must be >= n={self.n}")
+        if self.stream and self.best_of > self.n:
+            raise InvalidFieldError("best_of", "best_of > n cannot be streamed (as in OpenAI)")
+        return self
 
 
 class FunctionDefinition(BaseModel):
