@@ -134,6 +134,9 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_an_error_at_start(
     with pytest.raises(rl.ConfigError, match=r"has no tokenizer\.json; set data\.tokenizer"):
         run_sft(tmp_path, tiny, data, f"init.hf={bare}")
     assert not (tmp_path / "run").exists()  # refused before anything was written
+    # a fresh model may have spare rows: its weights are nobody's yet
+    fresh = build_policy(rl.load_config("sft", None, [*tiny, "model.vocab_size=4096"]))
+    assert fresh.model.config.vocab_size == 4096
 
 
 def _peers_python():

@@ -162,8 +162,9 @@ def _chat_template(
     return datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE, special_tokens=specials)
 
 
-def check_vocabulary(tokenizer: Any, model_vocab: int, *, where: str) -> None:
-    """Refuses a tokenizer whose ids do not fit the model's embedding of `model_vocab` rows."""
+def check_vocabulary(tokenizer: Any, model_vocab: int, *, where: str, pretrained: bool) -> None:
+    """Refuses a tokenizer whose ids do not fit the model's embedding of `model_vocab` rows;
+    for `pretrained` weights also one far smaller than the embedding (not the model's own)."""
     size = tokenizer.vocab_size
     ids = {"bos": tokenizer.bos_id, "eos": tokenizer.eos_id, "pad": tokenizer.pad_id}
     if size > model_vocab or any(i is not None and i >= model_vocab for i in ids.values()):
@@ -172,7 +173,7 @@ def check_vocabulary(tokenizer: Any, model_vocab: int, *, where: str) -> None:
             "its ids would index past the embedding; use the model's own tokenizer (leave "
             "data.tokenizer unset with init.hf) or a model with a vocabulary this large"
         )
-    if model_vocab > size + SPARE_ROWS:
+    if pretrained and model_vocab > size + SPARE_ROWS:
         raise ConfigError(
             f"the tokenizer has {size} tokens but {where} has an embedding of {model_vocab} rows: "
             "this is not the model's tokenizer, so its ids mean nothing to the model; use the "

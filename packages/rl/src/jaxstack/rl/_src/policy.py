@@ -134,7 +134,9 @@ def build_policy(config: RLConfig) -> Policy:
     tokenizer = assets.tokenizer
     model = load_base_model(config, tokenizer.vocab_size)
     where = f"init.hf={config.init.hf!r}" if config.init.hf else "the model"
-    check_vocabulary(tokenizer, model.config.vocab_size, where=where)
+    check_vocabulary(
+        tokenizer, model.config.vocab_size, where=where, pretrained=bool(config.init.hf)
+    )
     lora = config.lora.rank > 0
     if config.lora.quantize is not None:
         model = quantized_base(model, config.lora.quantize, config.lora.quantize_tile)
