@@ -150,8 +150,18 @@ def check_fits(report: dict[str, Any]) -> None:
         )
 
 
+def _scaled(value: float, units: tuple[tuple[float, str], ...]) -> str:
+    for scale, unit in units:
+        if abs(value) >= scale:
+            return f"{value / scale:,.2f} {unit}"
+    scale, unit = units[-1]
+    return f"{value / scale:,.2f} {unit}"
+
+
 def format_aot_report(report: dict[str, Any]) -> str:
-    gib = lambda b: f"{b / 2**30:,.2f} GiB"
+    gib = lambda b: _scaled(b, ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")))
+    flop = lambda f: _scaled(f, ((1e15, "PFLOP"), (1e12, "TFLOP"), (1e9, "GFLOP"), (1e6, "MFLOP")))
+    sec = lambda t: f"{t:.3f} s" if t >= 0.1 else f"{t * 1e3:.3f} ms"
     lines = [f"ahead-of-time compile for {report['slice']}, {report['chip']} (nothing ran):"]
     for key in ("model", "num_params", "mesh", "batch", "dtype", "seconds"):
         value = report.get(key)
@@ -170,13 +180,13 @@ def format_aot_report(report: dict[str, Any]) -> str:
         share = report.get("peak_bytes_per_device", 0) / hbm
         lines.append(f"  {'HBM per chip':28s} {gib(hbm)} ({share:.0%} used: {verdict})")
     lines.append(
-        f"  {'model FLOPs per step':28s} {report['model_flops_per_step'] / 1e15:,.2f} PFLOP "
-        f"({report['model_flops_per_step_per_device'] / 1e12:,.1f} TFLOP per chip)"
+        f"  {'model FLOPs per step':28s} {flop(report['model_flops_per_step'])} "
+        f"({flop(report['model_flops_per_step_per_device'])} per chip)"
     )
     if "predicted_step_seconds" in report:
         lines.append(
-            f"  {'predicted step time':28s} {report['predicted_step_seconds']:.3f} s (TPU cost "
-            f"model {report['cost_model_seconds_loops_once']:.3f} s with loop bodies once, "
+            f"  {'predicted step time':28s} {sec(report['predicted_step_seconds'])} (TPU cost "
+            f"model {sec(report['cost_model_seconds_loops_once'])} with loop bodies once, "
             "scaled by the model FLOPs it did not see)"
         )
         lines.append(f"  {'predicted MFU':28s} {report['predicted_mfu']:.1%}")
