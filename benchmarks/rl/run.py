@@ -147,6 +147,30 @@ def markdown(results: dict) -> str:
             ),
             "",
         ]
+    if "vs-trl" in results:
+        v, c = results["vs-trl"], results["vs-trl"]["conditions"]
+        s, peers = v["settings"], v.get("trl_versions", {})
+        lines += [
+            "## Side by side with TRL (`vs_trl.py`)",
+            "",
+            conditions_markdown(c),
+            "",
+            f"One HF folder (tiny-sft's model, d_model 64 x 2 layers, byte-level), the tiny-dpo / "
+            f"tiny-sft records, batch {s['batch_size']}, lr {s['learning_rate']} constant, fp32, "
+            f"no clipping, no packing, DPO reference live; {s['steps']} steps a side, medians "
+            f"after the first 5. TRL {peers.get('trl', '?')}, transformers "
+            f"{peers.get('transformers', '?')}, torch {peers.get('torch', '?')}.",
+            "",
+            "| algorithm | jaxstack steps/s | TRL steps/s | jaxstack / TRL |",
+            "|---|---|---|---|",
+            *(
+                f"| {a.upper()} | {v[a]['jaxstack_steps_per_sec']:.1f} | "
+                f"{v[a]['trl_steps_per_sec']:.1f} | {v[a]['ratio']:.2f}x |"
+                for a in ("dpo", "sft")
+                if a in v
+            ),
+            "",
+        ]
     return "\n".join(lines)
 
 

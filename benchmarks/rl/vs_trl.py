@@ -1,0 +1,135 @@
+"""jaxstack-rl and TRL side by side: DPO and SFT optimiser steps per second, same model and data.
+
+    python benchmarks/rl/vs_trl.py --peers-python /tmp/peers/bin/python [--steps 40]
+
+Both sides start from one HF folder (the `tiny-sft` preset's model after a short SFT, a
+byte-level Llama of d_model 64 x 2 layers) and train on the `tiny-dpo` / `tiny-sft` presets'
+bundled records with aligned settings: fp32, batch 16, constant learning rate 1e-3, no
+gradient clipping, no warmup, no packing, DPO's reference log-probs computed live in each
+step (TRL's default), beta 0.1. TRL runs in the peers Python (torch CPU, transformers, TRL;
+see LIBRARY-NOTES), jaxstack here. Reported: the median step time over the steps after the
+first `--warmup` (compiles) and the ratio; results-vs-trl.json keeps the settings, both
+sides' losses and the run conditions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+from conditions import measure_conditions
+
+HERE = pathlib.Path(__file__).parent
+PACKAGES = ["jax", "jaxlib", "flax", "jaxstack-rl"]
+SETTINGS = {"batch_size": 16, "learning_rate": 1e-3, "beta": 0.1}
+MAX_LENGTH = {"dpo": 48, "sft": 64}
+
+
+def jaxstack_side(algorithm: str, model: pathlib.Path, steps: int, run_dir: pathlib.Path):
+    from jaxstack import rl
+    from jaxstack.trainer import read_jsonl
+
+    overrides = [
+        f"init.hf={model}",
+        f"train.steps={steps}",
+        f"log.run_dir={run_dir}",
+        f"data.batch_size={SETTINGS['batch_size']}",
+        f"data.seq_len={MAX_LENGTH[algorithm]}",
+        f"optim.lr={SETTINGS['learning_rate']}",
+        "optim.schedule.name=constant",
+        "optim.schedule.warmup_steps=0",
+        "checkpoint.enabled=false",
+        "log.tensorboard=false",
+    ]
+    if algorithm == "dpo":
+        overrides += ["dpo.reference=live", f"dpo.beta={SETTINGS['beta']}"]
+    else:
+        overrides += ["data.packing=pad"]
+    config = rl.load_config(algorithm, f"tiny-{algorithm}", overrides)
+    getattr(rl, algorithm)(config)
+    records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    return [r["step_time_s"] for r in records], [r["loss"] for r in records], config
+
+
+def trl_side(python: str, algorithm: str, model: pathlib.Path, data: str, steps: int, out):
+    spec = {
+        "algorithm": algorithm,
+        "model": str(model),
+        "data": data,
+        "steps": steps,
+        "max_length": MAX_LENGTH[algorithm],
+        "out": str(out),
+        **SETTINGS,
+    }
+    (out.parent / f"{algorithm}-spec.json").write_text(json.dumps(spec))
+    proc = subprocess.run(
+        [python, str(HERE / "trl_side.py"), str(out.parent / f"{algorithm}-spec.json")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode:
+        raise SystemExit(f"TRL side failed:\n{proc.stderr[-4000:]}")
+    line = next(x for x in proc.stdout.splitlines() if x.startswith("RESULT "))
+    result = json.loads(line.removeprefix("RESULT "))
+    return result["step_times_s"], result["losses"], result["versions"]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--peers-python", required=True, help="a Python with torch, transformers, TRL")
+    p.add_argument("--steps", type=int, default=40, help="optimiser steps per side (>= 10)")
+    p.add_argument("--warmup", type=int, default=5, help="first steps left out (>= 1)")
+    args = p.parse_args()
+    if args.steps < 10 or not 1 <= args.warmup < args.steps:
+        p.error("--steps must be >= 10 and --warmup in [1, steps)")
+    from jaxstack import rl
+
+    results = {"settings": {**SETTINGS, "max_length": MAX_LENGTH, "steps": args.steps}}
+    with tempfile.TemporaryDirectory() as tmp, measure_conditions(PACKAGES) as conditions:
+        tmp = pathlib.Path(tmp)
+        start = rl.load_config(
+            "sft",
+            "tiny-sft",
+            [f"log.run_dir={tmp / 'start'}", "train.steps=50", "log.tensorboard=false"],
+        )
+        rl.sft(start)
+        model = tmp / "start" / "model"
+        for algorithm in ("dpo", "sft"):
+            ours, our_losses, config = jaxstack_side(algorithm, model, args.steps, tmp / algorithm)
+            theirs, their_losses, versions = trl_side(
+                args.peers_python,
+                algorithm,
+                model,
+                config.base.data.path,
+                args.steps,
+                tmp / f"trl-{algorithm}",
+            )
+            ours_s = statistics.median(ours[args.warmup :])
+            theirs_s = statistics.median(theirs[args.warmup :])
+            results[algorithm] = {
+                "jaxstack_median_step_s": ours_s,
+                "trl_median_step_s": theirs_s,
+                "jaxstack_steps_per_sec": 1 / ours_s,
+                "trl_steps_per_sec": 1 / theirs_s,
+                "ratio": theirs_s / ours_s,
+                "jaxstack_loss_first_last": [our_losses[0], our_losses[-1]],
+                "trl_loss_first_last": [their_losses[0], their_losses[-1]],
+            }
+            results["trl_versions"] = versions
+            print(
+                f"{algorithm}: jaxstack {1 / ours_s:.1f} steps/s, TRL {1 / theirs_s:.1f} "
+                f"steps/s, ratio {theirs_s / ours_s:.2f}"
+            )
+    results["conditions"] = conditions.as_dict()
+    (HERE / "results-vs-trl.json").write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
