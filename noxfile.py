@@ -42,6 +42,7 @@ DOCS_TOOLS = [
     "mkdocs-material==9.8.1",
     "mkdocstrings-python==2.0.11",
     "markdown-exec==1.12.6",
+    "ruff>=0.8",  # mkdocstrings formats long signatures with it (one parameter a line)
 ]
 # The tutorials talk to the LLM server through the official client, as a reader would.
 TUTORIAL_TOOLS = ["openai"]
