@@ -7,13 +7,28 @@ here, which XLA fuses into one loop over the codes.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
 
 from jaxstack import kernlib
-from jaxstack.quantlib._src.tensor import QuantizedTensor
+
+
+class QuantizedMatrix(Protocol):
+    """What the matmul reads of a quantised weight (a QuantizedTensor): its format, its codes
+    and scales as a [K, N] matrix, or the dequantised matrix. Declared here so that the tensor
+    module can import this one, and not the other way round."""
+
+    qtype: str
+    scales: jax.Array
+    zero_points: Any
+    dtype: Any
+    matrix_shape: tuple[int, int]
+
+    def codes(self) -> jax.Array: ...
+
+    def dequantize_matrix(self) -> jax.Array: ...
 
 
 class _Matrix(NamedTuple):
@@ -26,7 +41,7 @@ class _Matrix(NamedTuple):
     shape: tuple[int, int]
 
 
-def quantized_matmul(x: jax.Array, w: QuantizedTensor) -> jax.Array:
+def quantized_matmul(x: jax.Array, w: QuantizedMatrix) -> jax.Array:
     """x [..., K] @ w [K, N] -> [..., N] in x's dtype."""
     if w.qtype in ("int8", "int4"):
         view = _Matrix(w.codes(), w.scales, w.zero_points, w.dtype, w.matrix_shape)

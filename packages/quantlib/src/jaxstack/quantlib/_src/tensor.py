@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from jaxstack.quantlib._src import calibration, qtypes
 from jaxstack.quantlib._src.errors import RuleError
+from jaxstack.quantlib._src.matmul import quantized_matmul
 
 
 @jax.tree_util.register_dataclass
@@ -116,8 +117,6 @@ class MatmulOperand:
         return MatmulOperand(self.tensor, self.dtype, shape)
 
     def __rmatmul__(self, x: jax.Array) -> jax.Array:
-        from jaxstack.quantlib._src.matmul import quantized_matmul
-
         if self.shape != self.tensor.matrix_shape:
             raise RuleError(
                 f"x @ w needs the quantised weight as its [K, N] matrix "
