@@ -148,29 +148,37 @@ def markdown(results: dict) -> str:
             "",
         ]
     if "vs-trl" in results:
-        v, c = results["vs-trl"], results["vs-trl"]["conditions"]
+        v = results["vs-trl"]
         s, peers = v["settings"], v.get("trl_versions", {})
+        runs = {a: v[a]["conditions"] for a in ("dpo", "sft", "grpo") if a in v}
+        lines += ["## Side by side with TRL (`vs_trl.py`)", ""]
+        for a, c in runs.items():
+            lines += [f"{a.upper()}: {conditions_markdown(c)}", ""]
         lines += [
-            "## Side by side with TRL (`vs_trl.py`)",
-            "",
-            conditions_markdown(c),
-            "",
             f"One HF folder (tiny-sft's model, d_model 64 x 2 layers, byte-level), the tiny-dpo / "
             f"tiny-sft records, batch {s['batch_size']}, lr {s['learning_rate']} constant, fp32, "
-            f"no clipping, no packing, DPO reference live; {s['steps']} steps a side, medians "
+            f"no clipping, no packing, DPO reference live; medians over each side's steps "
             f"after the first 5. TRL {peers.get('trl', '?')}, transformers "
             f"{peers.get('transformers', '?')}, torch {peers.get('torch', '?')}.",
             "",
-            "| algorithm | jaxstack steps/s | TRL steps/s | jaxstack / TRL |",
-            "|---|---|---|---|",
+            "| algorithm | steps a side | jaxstack steps/s | TRL steps/s | jaxstack / TRL |",
+            "|---|---|---|---|---|",
             *(
-                f"| {a.upper()} | {v[a]['jaxstack_steps_per_sec']:.1f} | "
-                f"{v[a]['trl_steps_per_sec']:.1f} | {v[a]['ratio']:.2f}x |"
-                for a in ("dpo", "sft")
-                if a in v
+                f"| {a.upper()} | {v[a]['steps']} | "
+                f"{v[a]['jaxstack_steps_per_sec']:.2f} | {v[a]['trl_steps_per_sec']:.2f} | "
+                f"{v[a]['ratio']:.2f}x |"
+                for a in runs
             ),
             "",
         ]
+        if "grpo" in v:
+            g = v["grpo"]
+            lines += [
+                f"GRPO: {s.get('grpo_batch', '16 prompts x 8 completions of <= 4 tokens')} per "
+                f"iteration, KL 0.04; samples/s jaxstack {g['jaxstack_samples_per_sec']:.1f}, "
+                f"TRL {g['trl_samples_per_sec']:.1f} (TRL generates with HF `generate`).",
+                "",
+            ]
     return "\n".join(lines)
 
 

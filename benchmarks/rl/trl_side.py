@@ -1,7 +1,8 @@
-"""TRL's side of benchmarks/rl/vs_trl.py: DPOTrainer or SFTTrainer on the same folder and data.
+"""TRL's side of benchmarks/rl/vs_trl.py: DPO/SFT/GRPOTrainer on the same folder and data.
 
 Runs in a Python with torch, transformers and TRL (not jaxstack): `python trl_side.py SPEC.json`
-with SPEC's `algorithm` (dpo or sft), `model` (an HF folder), `data` (JSONL), `steps`,
+with SPEC's `algorithm` (dpo, sft or grpo; grpo also reads `group_size`, `max_new_tokens`
+and `kl_coef`), `model` (an HF folder), `data` (JSONL), `steps`,
 `batch_size`, `max_length`, `learning_rate`, `beta` and `out`. Settings are aligned with
 jaxstack's (fp32, constant learning rate, no clipping, no gradient checkpointing, no packing);
 prints `RESULT {json}` with each step's wall time and loss.
@@ -65,6 +66,47 @@ if spec["algorithm"] == "dpo":
 
     args = DPOConfig(**common, beta=spec["beta"], loss_type=["sigmoid"])
     trainer = DPOTrainer(model=model, args=args, train_dataset=data, processing_class=tokenizer)
+elif spec["algorithm"] == "grpo":
+    from trl import GRPOConfig, GRPOTrainer
+
+    def _answer(prompt):
+        a, b = prompt.strip().rstrip("=").split("+")
+        return str(int(a) + int(b))
+
+    def exact_answer(prompts, completions, **kwargs):
+        return [float(c.strip() == _answer(p)) for p, c in zip(prompts, completions, strict=True)]
+
+    def digit_credit(prompts, completions, **kwargs):
+        out = []
+        for p, c in zip(prompts, completions, strict=True):
+            got, want = c.strip(), _answer(p)
+            if not got.isdigit():
+                out.append(0.0)
+                continue
+            width = max(len(got), len(want))
+            out.append(
+                sum(g == w for g, w in zip(got.rjust(width), want.rjust(width), strict=True))
+                / width
+            )
+        return out
+
+    common.pop("max_length")
+    common["per_device_train_batch_size"] = spec["batch_size"] * spec["group_size"]
+    args = GRPOConfig(
+        **common,
+        num_generations=spec["group_size"],
+        max_completion_length=spec["max_new_tokens"],
+        beta=spec["kl_coef"],
+        loss_type="grpo",
+        temperature=1.0,
+    )
+    trainer = GRPOTrainer(
+        model=model,
+        reward_funcs=[exact_answer, digit_credit],
+        args=args,
+        train_dataset=data,
+        processing_class=tokenizer,
+    )
 else:
     from trl import SFTConfig, SFTTrainer
 

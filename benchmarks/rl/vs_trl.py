@@ -1,4 +1,4 @@
-"""jaxstack-rl and TRL side by side: DPO and SFT optimiser steps per second, same model and data.
+"""jaxstack-rl and TRL side by side: DPO/SFT/GRPO steps per second, same model and data.
 
     python benchmarks/rl/vs_trl.py --peers-python /tmp/peers/bin/python [--steps 40]
 
@@ -6,7 +6,8 @@ Both sides start from one HF folder (the `tiny-sft` preset's model after a short
 byte-level Llama of d_model 64 x 2 layers) and train on the `tiny-dpo` / `tiny-sft` presets'
 bundled records with aligned settings: fp32, batch 16, constant learning rate 1e-3, no
 gradient clipping, no warmup, no packing, DPO's reference log-probs computed live in each
-step (TRL's default), beta 0.1. TRL runs in the peers Python (torch CPU, transformers, TRL;
+step (TRL's default), beta 0.1; GRPO 16 prompts x 8 completions of <= 4 tokens, KL 0.04,
+tiny-grpo's two rewards (samples/s = completions per iteration / iteration time). TRL runs in the peers Python (torch CPU, transformers, TRL;
 see LIBRARY-NOTES), jaxstack here. Reported: the median step time over the steps after the
 first `--warmup` (compiles) and the ratio; results-vs-trl.json keeps the settings, both
 sides' losses and the run conditions.
@@ -28,7 +29,8 @@ from conditions import measure_conditions
 HERE = pathlib.Path(__file__).parent
 PACKAGES = ["jax", "jaxlib", "flax", "jaxstack-rl"]
 SETTINGS = {"batch_size": 16, "learning_rate": 1e-3, "beta": 0.1}
-MAX_LENGTH = {"dpo": 48, "sft": 64}
+MAX_LENGTH = {"dpo": 48, "sft": 64, "grpo": 16}
+GRPO = {"batch_size": 16, "group_size": 8, "max_new_tokens": 4, "kl_coef": 0.04}
 
 
 def jaxstack_side(algorithm: str, model: pathlib.Path, steps: int, run_dir: pathlib.Path):
@@ -49,8 +51,15 @@ def jaxstack_side(algorithm: str, model: pathlib.Path, steps: int, run_dir: path
     ]
     if algorithm == "dpo":
         overrides += ["dpo.reference=live", f"dpo.beta={SETTINGS['beta']}"]
-    else:
+    elif algorithm == "sft":
         overrides += ["data.packing=pad"]
+    else:  # prompts x completions per iteration, as TRL's batch of completions
+        overrides += [
+            f"data.batch_size={GRPO['batch_size']}",
+            f"rollout.group_size={GRPO['group_size']}",
+            f"rollout.max_new_tokens={GRPO['max_new_tokens']}",
+            f"grpo.kl_coef={GRPO['kl_coef']}",
+        ]
     config = rl.load_config(algorithm, f"tiny-{algorithm}", overrides)
     getattr(rl, algorithm)(config)
     records = [r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train"]
@@ -66,6 +75,7 @@ def trl_side(python: str, algorithm: str, model: pathlib.Path, data: str, steps:
         "max_length": MAX_LENGTH[algorithm],
         "out": str(out),
         **SETTINGS,
+        **(GRPO if algorithm == "grpo" else {}),
     }
     (out.parent / f"{algorithm}-spec.json").write_text(json.dumps(spec))
     proc = subprocess.run(
@@ -86,6 +96,9 @@ def main() -> None:
     p.add_argument("--peers-python", required=True, help="a Python with torch, transformers, TRL")
     p.add_argument("--steps", type=int, default=40, help="optimiser steps per side (>= 10)")
     p.add_argument("--warmup", type=int, default=5, help="first steps left out (>= 1)")
+    p.add_argument(
+        "--algorithms", nargs="+", choices=["dpo", "sft", "grpo"], default=["dpo", "sft", "grpo"]
+    )
     args = p.parse_args()
     if args.steps < 10 or not 1 <= args.warmup < args.steps:
         p.error("--steps must be >= 10 and --warmup in [1, steps)")
@@ -101,7 +114,7 @@ def main() -> None:
         )
         rl.sft(start)
         model = tmp / "start" / "model"
-        for algorithm in ("dpo", "sft"):
+        for algorithm in args.algorithms:
             ours, our_losses, config = jaxstack_side(algorithm, model, args.steps, tmp / algorithm)
             theirs, their_losses, versions = trl_side(
                 args.peers_python,
@@ -119,6 +132,16 @@ def main() -> None:
                 "jaxstack_steps_per_sec": 1 / ours_s,
                 "trl_steps_per_sec": 1 / theirs_s,
                 "ratio": theirs_s / ours_s,
+                **(
+                    {
+                        "jaxstack_samples_per_sec": GRPO["batch_size"]
+                        * GRPO["group_size"]
+                        / ours_s,
+                        "trl_samples_per_sec": GRPO["batch_size"] * GRPO["group_size"] / theirs_s,
+                    }
+                    if algorithm == "grpo"
+                    else {}
+                ),
                 "jaxstack_loss_first_last": [our_losses[0], our_losses[-1]],
                 "trl_loss_first_last": [their_losses[0], their_losses[-1]],
             }
@@ -128,7 +151,12 @@ def main() -> None:
                 f"steps/s, ratio {theirs_s / ours_s:.2f}"
             )
     results["conditions"] = conditions.as_dict()
-    (HERE / "results-vs-trl.json").write_text(json.dumps(results, indent=2))
+    for algorithm in args.algorithms:  # each algorithm keeps the conditions of its own run
+        results[algorithm].update(conditions=results["conditions"], steps=args.steps)
+    del results["conditions"]
+    path = HERE / "results-vs-trl.json"
+    previous = json.loads(path.read_text()) if path.exists() else {}
+    path.write_text(json.dumps({**previous, **results}, indent=2))
 
 
 if __name__ == "__main__":
