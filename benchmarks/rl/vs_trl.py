@@ -7,8 +7,9 @@ byte-level Llama of d_model 64 x 2 layers) and train on the `tiny-dpo` / `tiny-s
 bundled records with aligned settings: fp32, batch 16, constant learning rate 1e-3, no
 gradient clipping, no warmup, no packing, DPO's reference log-probs computed live in each
 step (TRL's default), beta 0.1; GRPO 16 prompts x 8 completions of <= 4 tokens, KL 0.04,
-tiny-grpo's two rewards (samples/s = completions per iteration / iteration time). TRL runs in the peers Python (torch CPU, transformers, TRL;
-see LIBRARY-NOTES), jaxstack here. Reported: the median step time over the steps after the
+tiny-grpo's two rewards (samples/s = completions per iteration / iteration time). TRL runs
+in a peers Python (torch CPU, transformers, TRL; benchmarks/rl/README.md says how to make
+one), jaxstack here. Reported: the median step time over the steps after the
 first `--warmup` (compiles) and the ratio; results-vs-trl.json keeps the settings, both
 sides' losses and the run conditions.
 """
