@@ -36,7 +36,7 @@ PACKAGES = [p.folder for p in all_packages()]
 PYTEST_DEFAULT = ["-q", "-m", "not slow", "--timeout=900", "--durations=8"]
 TEST_TOOLS = ["pytest>=8", "pytest-timeout>=2.3"]
 # The scenario asks the LLM server through the official client, as a user would.
-INTEGRATION_TOOLS = [*TEST_TOOLS, "openai"]
+INTEGRATION_TOOLS = [*TEST_TOOLS, "openai", "grimp>=3.5"]  # grimp: the import-cycle test
 DOCS_TOOLS = [
     "mkdocs==1.6.1",
     "mkdocs-material==9.8.1",

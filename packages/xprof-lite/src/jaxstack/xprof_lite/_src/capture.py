@@ -95,11 +95,28 @@ def save_hlo(logdir: str | os.PathLike, fn, *args, **kwargs) -> Path:
     name = text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule") else "module"
     target = Path(logdir) / HLO_SUBDIR / f"{name}.hlo.txt"
     _write_atomically(target, text)
-    from jaxstack.xprof_lite._src.op_profile import memory_analysis_dict  # imports this module
-
     if (memory := memory_analysis_dict(compiled)) is not None:
         _write_atomically(target.with_name(f"{name}.memory.json"), json.dumps(memory, indent=1))
     return target
+
+
+def memory_analysis_dict(compiled) -> dict | None:
+    """Argument/output/alias/temp/generated-code bytes of a compiled function."""
+    try:
+        stats = compiled.memory_analysis()
+    except Exception:
+        return None
+    if stats is None:
+        return None
+    fields = {
+        "argument_bytes": "argument_size_in_bytes",
+        "output_bytes": "output_size_in_bytes",
+        "alias_bytes": "alias_size_in_bytes",
+        "temp_bytes": "temp_size_in_bytes",
+        "code_bytes": "generated_code_size_in_bytes",
+        "host_temp_bytes": "host_temp_size_in_bytes",
+    }
+    return {k: int(getattr(stats, v, 0) or 0) for k, v in fields.items()}
 
 
 def saved_hlo_texts(logdir: str | os.PathLike) -> list[str]:

@@ -16,8 +16,7 @@ import dataclasses
 import jax
 
 from jaxstack.xprof_lite._src import tracefile
-from jaxstack.xprof_lite._src.capture import compile_fn
-from jaxstack.xprof_lite._src.op_profile import memory_analysis_dict
+from jaxstack.xprof_lite._src.capture import compile_fn, memory_analysis_dict
 from jaxstack.xprof_lite._src.steps import step_windows
 
 MEMORY_STATS = ("peak_bytes_in_use", "bytes_in_use", "bytes_allocated")

@@ -16,7 +16,7 @@ from pathlib import Path
 import jax
 
 from jaxstack.xprof_lite._src import tracefile
-from jaxstack.xprof_lite._src.capture import compile_fn, trace
+from jaxstack.xprof_lite._src.capture import compile_fn, memory_analysis_dict, trace
 from jaxstack.xprof_lite._src.cost import (
     CATEGORIES,
     CONTAINERS,
@@ -227,25 +227,6 @@ def _xla_cost(compiled) -> dict | None:
     if not cost:
         return None
     return {k: float(cost[k]) for k in ("flops", "transcendentals", "bytes accessed") if k in cost}
-
-
-def memory_analysis_dict(compiled) -> dict | None:
-    """Argument/output/alias/temp/generated-code bytes of a compiled function."""
-    try:
-        stats = compiled.memory_analysis()
-    except Exception:
-        return None
-    if stats is None:
-        return None
-    fields = {
-        "argument_bytes": "argument_size_in_bytes",
-        "output_bytes": "output_size_in_bytes",
-        "alias_bytes": "alias_size_in_bytes",
-        "temp_bytes": "temp_size_in_bytes",
-        "code_bytes": "generated_code_size_in_bytes",
-        "host_temp_bytes": "host_temp_size_in_bytes",
-    }
-    return {k: int(getattr(stats, v, 0) or 0) for k, v in fields.items()}
 
 
 _NAME_CATEGORY = (

@@ -19,6 +19,7 @@ from jaxstack.xprof_lite._src import plots, tracefile
 from jaxstack.xprof_lite._src.annotate import step_annotation
 from jaxstack.xprof_lite._src.capture import (
     compile_fn,
+    memory_analysis_dict,
     saved_hlo_texts,
     saved_memory,
     saved_peak,
@@ -35,7 +36,6 @@ from jaxstack.xprof_lite._src.op_profile import (
     OpProfile,
     analyze_hlo,
     join_times,
-    memory_analysis_dict,
     profile_from_trace,
 )
 from jaxstack.xprof_lite._src.peak import DevicePeak, device_peak
