@@ -189,6 +189,16 @@ def test_seeded_sampling_is_reproducible_and_independent_of_the_batch(dense):
     assert alone != other
 
 
+def test_a_sampled_request_draws_the_same_with_or_without_a_top_p_neighbour(dense):
+    # Alone, its steps skip the vocabulary sort; next to a top-p request they run it.
+    _, llm = dense
+    plain = SamplingParams(temperature=1.0, seed=11, max_tokens=16, ignore_eos=True)
+    nucleus = plain.replace(top_p=0.5, seed=12)
+    alone = llm.generate(["tell me"], plain)[0].outputs[0].token_ids
+    mixed = llm.generate(["tell me", "other"], [plain, nucleus])[0].outputs[0].token_ids
+    assert alone == mixed
+
+
 def test_filters_that_leave_one_token_are_greedy(dense):
     _, llm = dense
     greedy = llm.generate(PROMPTS[:2], GREEDY)

@@ -98,3 +98,14 @@ def test_the_steps_scratch_memory_follows_neither_capacity_nor_context_length(lo
     # 32x the cache and 4x the block tables' width: the scratch may grow by the wider tables
     # (8 sequences x 48 more int32 entries, a few copies of them), never by the cache.
     assert big - small < layer_bytes // 64
+
+
+def test_only_batches_that_limit_top_k_or_top_p_sort_the_vocabulary(model):
+    runner = LLM(model, **ENGINE).engine.runner
+
+    def sorts(**variant) -> bool:
+        return " sort(" in runner.lower(ENGINE["max_num_seqs"], **variant).compile().as_text()
+
+    assert not sorts(all_greedy=True)
+    assert not sorts(all_greedy=False, top_k_top_p=False)
+    assert sorts(all_greedy=False, top_k_top_p=True)

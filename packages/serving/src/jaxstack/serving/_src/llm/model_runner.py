@@ -25,6 +25,9 @@ from jaxstack.serving._src.llm.paged_cache import PagedKVCache
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
 
 MIN_BUCKET = 16
+# The sampling programs a bucket compiles: (all_greedy, top_k_top_p). Greedy batches skip the
+# draw; sampled batches where no row limits top-k or top-p skip the full-vocabulary sort.
+SAMPLING_VARIANTS = ((True, False), (False, False), (False, True))
 
 
 def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -74,11 +77,23 @@ def num_compilations() -> int:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "block_size", "num_top", "all_greedy", "scores"),
+    static_argnames=("graphdef", "block_size", "num_top", "all_greedy", "top_k_top_p", "scores"),
     donate_argnames=("k", "v"),
 )
 def _forward(
-    graphdef, state, k, v, x: StepInputs, s, penalties, *, block_size, num_top, all_greedy, scores
+    graphdef,
+    state,
+    k,
+    v,
+    x: StepInputs,
+    s,
+    penalties,
+    *,
+    block_size,
+    num_top,
+    all_greedy,
+    top_k_top_p,
+    scores,
 ):
     """One engine step: the model over the flat token row, then sampling at each sequence's
     last row (and, for prompt log-probabilities, scores at every row)."""
@@ -100,7 +115,9 @@ def _forward(
     )
     hidden = hidden[0]
     logits = model.unembed(hidden[x.logits_indices])
-    sampled = sampler.sample(logits, s, penalties, num_top=num_top, all_greedy=all_greedy)
+    sampled = sampler.sample(
+        logits, s, penalties, num_top=num_top, all_greedy=all_greedy, top_k_top_p=top_k_top_p
+    )
     prompt = None
     if scores:
         raw = jax.nn.log_softmax(model.unembed(hidden), axis=-1)
@@ -154,11 +171,17 @@ class ModelRunner:
     def bucket(self, num_tokens: int) -> int:
         return next(b for b in self.buckets if b >= num_tokens)
 
+    @property
+    def num_programs(self) -> int:
+        """Step programs `warmup` compiles: one per bucket and sampling variant."""
+        return len(self.buckets) * len(SAMPLING_VARIANTS)
+
     def warmup(self) -> None:
-        """Compile every bucket, greedy and sampling, before serving."""
+        """Compile every bucket, greedy, sampling, and sampling with top-k/top-p, before
+        serving."""
         for t in self.buckets:
-            for all_greedy in (True, False):
-                self._run(self._empty_inputs(t), all_greedy=all_greedy)
+            for all_greedy, top_k_top_p in SAMPLING_VARIANTS:
+                self._run(self._empty_inputs(t), all_greedy=all_greedy, top_k_top_p=top_k_top_p)
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
         t = self.bucket(batch.num_tokens)
@@ -195,6 +218,9 @@ class ModelRunner:
             x,
             seqs=seqs,
             all_greedy=all(q.params.greedy for q in seqs),
+            top_k_top_p=any(
+                not q.params.greedy and (q.params.top_k > 0 or q.params.top_p < 1.0) for q in seqs
+            ),
             scores=scores,
         )
         return StepResult(sampled, prompt, offsets)
@@ -216,22 +242,30 @@ class ModelRunner:
             i32(t),
         )
 
-    def lower(self, num_tokens: int, *, all_greedy: bool = True) -> jax.stages.Lowered:
+    def lower(
+        self, num_tokens: int, *, all_greedy: bool = True, top_k_top_p: bool = True
+    ) -> jax.stages.Lowered:
         """The step program of `num_tokens`' bucket, lowered on empty inputs: what a step
         compiles to (`.compile().memory_analysis()`, `.as_text()`), without running it."""
         x = self._empty_inputs(self.bucket(num_tokens))
-        args, static = self._step_args(x, (), all_greedy=all_greedy, scores=False)
+        args, static = self._step_args(
+            x, (), all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=False
+        )
         return _forward.lower(*args, **static)
 
-    def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, scores=False):
-        args, static = self._step_args(x, seqs, all_greedy=all_greedy, scores=scores)
+    def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, top_k_top_p=True, scores=False):
+        args, static = self._step_args(
+            x, seqs, all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=scores
+        )
         sampled, prompt, self.k, self.v = _forward(*args, **static)
         sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
         if prompt is not None:
             prompt = PromptScores(*jax.device_get(prompt))
         return sampled, prompt
 
-    def _step_args(self, x: StepInputs, seqs, *, all_greedy: bool, scores: bool):
+    def _step_args(
+        self, x: StepInputs, seqs, *, all_greedy: bool, scores: bool, top_k_top_p: bool = True
+    ):
         """`_forward`'s arguments for one step: the cache, the inputs, and per-sequence
         sampling settings (padding rows get neutral ones)."""
         s = x.kv_lens.shape[0]
@@ -279,6 +313,7 @@ class ModelRunner:
             block_size=self.block_size,
             num_top=self.max_logprobs,
             all_greedy=all_greedy,
+            top_k_top_p=top_k_top_p and not all_greedy,
             scores=scores,
         )
         return args, static
