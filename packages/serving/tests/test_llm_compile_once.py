@@ -27,9 +27,9 @@ llm = LLM(nnlib.Transformer(config, rngs=nnx.Rngs(0)), max_num_seqs=4, max_num_b
 llm.engine.runner.warmup()
 warm = num_compilations()
 prompts = [[1, 2, 3], list(range(5, 30))]
-for t in (0.0, 1.0):
-    llm.generate(prompts, SamplingParams(temperature=t, max_tokens=4, ignore_eos=True))
-print(warm, num_compilations())
+for extra in ({"temperature": 0.0}, {"temperature": 1.0}, {"temperature": 1.0, "top_p": 0.5}):
+    llm.generate(prompts, SamplingParams(max_tokens=4, ignore_eos=True, **extra))
+print(warm, num_compilations(), llm.engine.runner.num_programs)
 """
 
 
@@ -39,5 +39,6 @@ def test_serving_after_warmup_compiles_nothing_in_a_fresh_process():
         [sys.executable, "-c", SCRIPT], capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    warm, after = map(int, done.stdout.split())
-    assert (warm, after) == (2, 2)  # one bucket (16 tokens), greedy and sampling
+    warm, after, programs = map(int, done.stdout.split())
+    # One bucket (16 tokens) x greedy, sampling, sampling with top-k/top-p.
+    assert (warm, after, programs) == (3, 3, 3)

@@ -38,13 +38,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--num-blocks",
         type=int,
-        help="KV blocks (default: max-num-seqs full contexts within --kv-cache-memory-bytes)",
+        help="KV blocks, overriding the size in GiB (default: max-num-seqs full contexts, "
+        "within --kv-cache-gib)",
     )
-    p.add_argument(
-        "--kv-cache-memory-bytes",
-        type=int,
-        default=4 * 2**30,
-        help="most bytes of K and V cache when --num-blocks is not given (default 4 GiB)",
+    size = p.add_mutually_exclusive_group()
+    size.add_argument(
+        "--kv-cache-gib",
+        type=float,
+        default=4.0,
+        help="most GiB of K and V cache when --num-blocks is not given (default 4, as "
+        "vLLM's VLLM_CPU_KVCACHE_SPACE)",
+    )
+    size.add_argument(
+        "--kv-cache-memory-bytes", type=int, help="the same budget in bytes (vLLM's option)"
     )
     p.add_argument("--no-prefix-caching", action="store_true")
     p.add_argument("--max-logprobs", type=int, default=20)
@@ -83,6 +89,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def kv_cache_bytes(args: argparse.Namespace) -> int:
+    """The KV cache budget in bytes: --kv-cache-memory-bytes, else --kv-cache-gib."""
+    return args.kv_cache_memory_bytes or int(args.kv_cache_gib * 2**30)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(message)s")
@@ -101,7 +112,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_model_len=args.max_model_len,
             block_size=args.block_size,
             num_blocks=args.num_blocks,
-            kv_cache_memory_bytes=args.kv_cache_memory_bytes,
+            kv_cache_memory_bytes=kv_cache_bytes(args),
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=not args.no_prefix_caching,
@@ -113,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jaxstack-serve: {e}", file=sys.stderr)
         return 2
     if not args.no_warmup:
-        log.info("compiling %d step shapes", 2 * len(engine.runner.buckets))
+        log.info("compiling %d step programs", engine.runner.num_programs)
         engine.runner.warmup()
     app = create_llm_app(
         AsyncEngine(engine, max_waiting=args.max_waiting_requests),
