@@ -1,0 +1,151 @@
+"""In-process A/B of the LLM engine: decode time per token and throughput by engine setting.
+
+Each variant is one `LLM` on the same in-memory model (the issue's: Llama d=256, 4 layers, 4
+heads, MLP 1,024, vocabulary 8,000, float32, random weights) with its engine options and
+sampling parameters. A round gives every variant the same `concurrency` prompts of 128 random
+tokens x 128 output tokens (`ignore_eos`), the order of the variants rotating from round to
+round so that load from other processes falls on all of them alike. Per variant and round:
+TPOT, the mean time of the steps in which every sequence decodes (no prefill chunk); the
+time until every request has its first token (TTFT, all); and output tokens/s over the round.
+The load average is recorded before, during (every round) and after, next to every number.
+
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py capacity   # cost vs cache capacity
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py sampling   # the top-k/top-p sort
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py budget --rounds 3 --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+from flax import nnx
+
+from jaxstack import nnlib
+from jaxstack.serving import LLM, SamplingParams
+
+# nnlib's `tiny` preset is the issue's model but for its vocabulary and context.
+MODEL = nnlib.get_preset("tiny").replace(vocab_size=8000, max_seq_len=8192)
+PROMPT_LEN, OUTPUT_LEN = 128, 128
+BASE = dict(max_num_seqs=32, max_num_batched_tokens=256)
+GREEDY = dict(temperature=0.0)
+SAMPLED = dict(temperature=0.8)  # the issue's client setting
+# suite -> (concurrency, {variant: (engine options, sampling parameters)})
+SUITES = {
+    # Goal 1 of issue 31: cost follows the work, not the cache's capacity or context limit.
+    "capacity": (
+        1,
+        {
+            f"blocks {b}, len {n}": (dict(num_blocks=b, max_model_len=n), GREEDY)
+            for n in (512, 8192)
+            for b in (1024, 16384)
+        },
+    ),
+    # Sampled rows with no top-k/top-p skip the vocabulary sort; top_p just below 1 forces it.
+    "sampling": (
+        32,
+        {
+            "temperature 0.8": (dict(max_model_len=512), SAMPLED),
+            "temperature 0.8, top_p 0.9999 (sort)": (
+                dict(max_model_len=512),
+                dict(SAMPLED, top_p=0.9999),
+            ),
+        },
+    ),
+    # The step token budget (vLLM's max_num_batched_tokens) for 32 prompts arriving at once.
+    "budget": (
+        32,
+        {
+            f"budget {t}": (dict(max_model_len=512, max_num_batched_tokens=t), SAMPLED)
+            for t in (256, 512, 1024, 2048)
+        },
+    ),
+}
+
+
+def load() -> float:
+    return os.getloadavg()[0]
+
+
+def one_round(llm: LLM, prompts: list[list[int]], params: SamplingParams) -> dict:
+    engine = llm.engine
+    seqs = [q for p in prompts for q in engine.add_request(p, params)]
+    decode_steps, t0 = [], time.perf_counter()
+    first = None
+    while engine.has_unfinished():
+        decoding = not engine.scheduler.waiting and all(
+            q.num_computed_tokens >= len(q.prompt_token_ids) for q in engine.scheduler.running
+        )
+        t = time.perf_counter()
+        engine.step()
+        if decoding:
+            decode_steps.append(time.perf_counter() - t)
+        if first is None and all(q.output.token_ids for q in seqs):
+            first = time.perf_counter() - t0
+    wall = time.perf_counter() - t0
+    return {
+        "tpot_s": statistics.fmean(decode_steps),
+        "ttft_all_s": first,
+        "output_tokens_per_s": len(seqs) * OUTPUT_LEN / wall,
+    }
+
+
+def summary(rows: list[float], ref: list[float]) -> str:
+    ratios = [a / b for a, b in zip(rows, ref, strict=True)]
+    return (
+        f"median {statistics.median(rows):8.3f} (rounds {min(rows):.3f}-{max(rows):.3f}); "
+        f"ratio {statistics.median(ratios):.3f} ({min(ratios):.3f}-{max(ratios):.3f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("suite", choices=sorted(SUITES))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", help="write the per-round numbers here")
+    args = parser.parse_args()
+    loads = {"before": load()}
+    concurrency, variants = SUITES[args.suite]
+    model = nnlib.Transformer(MODEL, rngs=nnx.Rngs(0))
+    llms = {name: LLM(model, **{**BASE, **opts}) for name, (opts, _) in variants.items()}
+    params = {
+        name: SamplingParams(max_tokens=OUTPUT_LEN, ignore_eos=True, seed=0, **sampling)
+        for name, (_, sampling) in variants.items()
+    }
+    rng = np.random.default_rng(0)
+    prompts = [rng.integers(3, MODEL.vocab_size, PROMPT_LEN).tolist() for _ in range(concurrency)]
+    for name, llm in llms.items():  # compile the shapes a round uses
+        one_round(llm, prompts, params[name])
+    names = list(llms)
+    rows = {n: [] for n in names}
+    loads["during"] = []
+    for r in range(args.rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            rows[name].append(one_round(llms[name], prompts, params[name]))
+        loads["during"].append(round(load(), 2))
+    loads["after"] = load()
+    print(
+        f"{args.suite}: concurrency {concurrency}, {args.rounds} rounds; load 1-min before "
+        f"{loads['before']:.2f}, during {loads['during']}, after {loads['after']:.2f}"
+    )
+    ref = names[0]
+    for metric, scale, unit in (
+        ("tpot_s", 1e3, "ms"),
+        ("ttft_all_s", 1.0, "s"),
+        ("output_tokens_per_s", 1.0, "tok/s"),
+    ):
+        print(f"{metric} ({unit}; ratio to {ref!r})")
+        for name in names:
+            values = [row[metric] * scale for row in rows[name]]
+            print(f"  {name:40s} {summary(values, [row[metric] * scale for row in rows[ref]])}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"suite": args.suite, "rows": rows, "load": loads}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
