@@ -124,6 +124,21 @@ def _seg_arrays(seg):
     return q_seg, k_seg
 
 
+def _cost(st: _Static, q, matmuls: int, arrays) -> pl.CostEstimate:
+    """What the TPU cost model cannot see inside the kernel: `matmuls` [T, T] x [T, D] products
+    per head over the visible part of the score matrix, one exp per visible score, and one
+    pass over `arrays` (the kernel's inputs and outputs)."""
+    b, hq, t, d = q.shape
+    visible = 0.5 if st.causal else 1.0
+    if st.window is not None:
+        visible = min(visible, st.window / t)
+    scores = b * hq * t * t * visible
+    moved = sum(math.prod(a.shape) * jnp.dtype(a.dtype).itemsize for a in arrays)
+    return pl.CostEstimate(
+        flops=int(2 * matmuls * scores * d), transcendentals=int(scores), bytes_accessed=moved
+    )
+
+
 def _forward(q, k, v, seg, st: _Static):
     """q [B,Hq,T,D], k/v [B,Hkv,T,D] -> out [B,Hq,T,D], lse [B,Hq,T,128]."""
     b, hq, t, d = q.shape
@@ -162,6 +177,7 @@ def _forward(q, k, v, seg, st: _Static):
             dimension_semantics=("parallel", "parallel", "parallel", "arbitrary")
         ),
         interpret=st.interpret,
+        cost_estimate=_cost(st, q, 2, [q, k, v, q]),
         name="kernlib_attention_fwd",
     )(*args)
 
@@ -284,6 +300,7 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
         scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
         compiler_params=params,
         interpret=st.interpret,
+        cost_estimate=_cost(st, q, 3, [q, k, v, q, q]),
         name="kernlib_attention_bwd_dq",
     )(q, k, v, do, lse, delta, *segs)
 
@@ -308,6 +325,7 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
         scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],
         compiler_params=params,
         interpret=st.interpret,
+        cost_estimate=_cost(st, q, 4, [q, k, v, q, per_head, per_head]),
         name="kernlib_attention_bwd_dkv",
     )(q, k, v, do, lse, delta, *segs)
     hkv = k.shape[1]
