@@ -56,6 +56,24 @@ def test_dry_run_small_model_compiles_and_reports_memory():
     assert report["model_flops_per_step"] < 7 * report["num_params"] * tokens
 
 
+def test_the_dry_run_report_reads_for_a_tiny_model_and_a_large_one():
+    """Parameters and FLOPs with an SI prefix: the tiny model printed '0.00 B' parameters and
+    '0.0 TFLOP' per step."""
+    from jaxstack.trainer._src.dry_run import format_report
+
+    lines = format_report(
+        {"num_params": 1_234_567, "model_flops_per_step": 2.5e9, "state_bytes_per_device": 2**30}
+    ).splitlines()
+    assert lines[1].split() == ["num_params", "1.23", "M"]
+    assert lines[2].split() == ["model_flops_per_step", "2.5", "GFLOP"]
+    assert lines[3].split() == ["state_bytes_per_device", "1.00", "GiB"]
+    big = format_report({"num_params": 8.03e9, "model_flops_per_step": 5.1e16})
+    assert big.splitlines()[1:] == [
+        f"  {'num_params':32s} 8.03 G",
+        f"  {'model_flops_per_step':32s} 51 PFLOP",
+    ]
+
+
 def test_dry_run_real_size_on_an_abstract_mesh():
     """llama3-8b over 256 fsdp devices: lowered without any device or allocation."""
     report = dry_run(load_config("llama3-8b"), {"fsdp": 256})

@@ -26,6 +26,7 @@ from jaxstack.trainer._src import model as model_mod
 from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.session import abstract_batch, loss_fn_for, plan_state
 from jaxstack.trainer._src.step import make_train_step
+from jaxstack.trainer._src.units import si
 
 
 def dry_run(
@@ -166,9 +167,9 @@ def format_report(report: dict[str, Any]) -> str:
         if key.endswith("bytes_per_device") or key.endswith("_bytes"):
             value = f"{value / 2**30:,.2f} GiB"
         elif "flops" in key:
-            value = f"{value / 1e12:,.1f} TFLOP"
+            value = si(value, "FLOP")
         elif key == "num_params":
-            value = f"{value / 1e9:,.2f} B"
+            value = si(value)
         elif isinstance(value, float):
             value = f"{value:.1f}"
         lines.append(f"  {key:32s} {value}")

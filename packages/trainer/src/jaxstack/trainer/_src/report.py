@@ -14,6 +14,7 @@ import statistics
 from typing import Any
 
 from jaxstack.trainer._src.metrics_log import read_jsonl
+from jaxstack.trainer._src.units import si
 
 
 def write_report(run_dir: str | pathlib.Path, *, sample: str | None = None) -> pathlib.Path:
@@ -106,13 +107,6 @@ def _seconds(value: float) -> str:
     return f"{value:,.3g} s"
 
 
-def _si(value: float, unit: str) -> str:
-    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.3g} {prefix}{unit}"
-    return f"{value:.3g} {unit}"
-
-
 # The summary record's fields as the report shows them: (key, label, format), in this order.
 SUMMARY_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("final_step", "steps", str),
@@ -122,9 +116,9 @@ SUMMARY_FIELDS: tuple[tuple[str, str, Any], ...] = (
     ("eval_loss", "eval loss", lambda v: f"{v:.4f}"),
     ("eval_perplexity", "eval perplexity", lambda v: f"{v:.2f}"),
     ("eval_tokens", "eval tokens", lambda v: f"{int(v):,}"),
-    ("num_params", "parameters", lambda v: _si(v, "")),
-    ("flops_per_token", "model FLOPs per token", lambda v: _si(v, "FLOP")),
-    ("peak_flops_per_device", "device peak (behind MFU)", lambda v: _si(v, "FLOP/s")),
+    ("num_params", "parameters", lambda v: si(v, "")),
+    ("flops_per_token", "model FLOPs per token", lambda v: si(v, "FLOP")),
+    ("peak_flops_per_device", "device peak (behind MFU)", lambda v: si(v, "FLOP/s")),
     ("peak_source", "device peak: source", str),
     ("mesh", "mesh (data x fsdp x tensor x expert)", str),
     ("host_allocator", "host allocator", str),
