@@ -114,6 +114,24 @@ def test_an_hf_folders_chat_template_is_its_own_or_the_one_given(tmp_path):
         load_model(folder, chat_template=given)
 
 
+def test_generation_config_end_tokens_stop_generation(tmp_path):
+    config = nnlib.get_preset("tiny-llama").replace(vocab_size=259, init_std=0.1)
+    folder = nnlib.save_hf_checkpoint(nnlib.Transformer(config, rngs=nnx.Rngs(0)), tmp_path / "hf")
+    free = SamplingParams(temperature=0.0, max_tokens=8)
+    ids = datalib.ByteTokenizer().encode("hello")
+    plain = LLM(folder, max_num_seqs=2, max_num_batched_tokens=32).generate([ids], free)[0]
+    tokens = plain.outputs[0].token_ids
+    at = next(i for i in range(1, len(tokens)) if tokens[i] not in tokens[:i])
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [258, tokens[at]]}))
+    llm = LLM(folder, max_num_seqs=2, max_num_batched_tokens=32)
+    out = llm.generate([ids], free)[0].outputs[0]
+    assert (out.token_ids, out.finish_reason) == (tokens[: at + 1], "stop")
+    assert len(llm.generate([ids], free.replace(ignore_eos=True))[0].outputs[0].token_ids) == 8
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": "x"}))
+    with pytest.raises(ConfigError, match="eos_token_id must be a token id"):
+        LLM(folder)
+
+
 def test_bad_model_path_is_one_line_and_exit_2(tmp_path, capsys):
     with pytest.raises(ConfigError, match="neither an HF model"):
         LLM(tmp_path)

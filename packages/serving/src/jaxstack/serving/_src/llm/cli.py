@@ -119,7 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_logprobs=args.max_logprobs,
             seed=args.seed,
         )
-        engine = LLMEngine(loaded.model, loaded.tokenizer, config)
+        engine = LLMEngine(
+            loaded.model, loaded.tokenizer, config, eos_token_ids=loaded.eos_token_ids
+        )
     except Error as e:
         print(f"jaxstack-serve: {e}", file=sys.stderr)
         return 2

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Iterable
 from typing import Any
 
 import jax.numpy as jnp
@@ -93,11 +94,21 @@ class LLMEngine:
       model: an nnlib Transformer.
       tokenizer: a datalib tokenizer for stop strings and text (None: token ids only).
       config: the `EngineConfig` (batch limits, KV-cache blocks, max_model_len, seed).
+      eos_token_ids: tokens that end a sequence besides the tokenizer's eos, such as a chat
+        model's end-of-turn (generation_config.json's `eos_token_id`, as transformers and
+        vLLM stop on it).
     """
 
     def __init__(
-        self, model: nnx.Module, tokenizer: Any = None, config: EngineConfig = EngineConfig()
+        self,
+        model: nnx.Module,
+        tokenizer: Any = None,
+        config: EngineConfig = EngineConfig(),
+        *,
+        eos_token_ids: Iterable[int] = (),
     ):
+        eos = getattr(tokenizer, "eos_id", None)
+        self.eos_token_ids = frozenset(eos_token_ids) | ({eos} if eos is not None else set())
         c = config
         max_model_len = c.max_model_len or model.config.max_seq_len
         blocks_per_seq = -(-max_model_len // c.block_size)
@@ -194,7 +205,6 @@ class LLMEngine:
         base = (
             int(self._seeds.integers(2**32)) if params.seed is None else sampler_seed(params.seed)
         )
-        eos = getattr(self.tokenizer, "eos_id", None)
         seqs = []
         for i in range(params.n):
             detok = None
@@ -207,7 +217,7 @@ class LLMEngine:
                 params,
                 seed=base if params.n == 1 else derived_seed(base, i),
                 max_tokens=max_tokens,
-                eos_token_id=eos,
+                eos_token_ids=self.eos_token_ids,
                 detokenizer=detok,
             )
             if params.structured_output is not None:

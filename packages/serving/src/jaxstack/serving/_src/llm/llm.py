@@ -41,14 +41,17 @@ class LLM:
     def __init__(
         self, model: str | os.PathLike | nnx.Module, tokenizer: Any = None, **engine_options
     ):
+        eos_token_ids = ()
         if isinstance(model, str | os.PathLike):
             loaded = load_model(model)
             model, tokenizer = loaded.model, tokenizer or loaded.tokenizer
             self.chat_template = loaded.chat_template
+            eos_token_ids = loaded.eos_token_ids
         else:
             self.chat_template = None
         self.tokenizer = tokenizer
-        self.engine = LLMEngine(model, tokenizer, EngineConfig(**engine_options))
+        config = EngineConfig(**engine_options)
+        self.engine = LLMEngine(model, tokenizer, config, eos_token_ids=eos_token_ids)
 
     def generate(
         self,

@@ -13,6 +13,7 @@ Four layouts are recognised:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import pathlib
 from typing import Any
@@ -41,6 +42,7 @@ class LoadedModel:
     tokenizer: Any
     chat_template: datalib.ChatTemplate | None
     name: str
+    eos_token_ids: tuple[int, ...] = ()  # generation_config.json's end tokens, if any
 
 
 def load_model(
@@ -65,7 +67,8 @@ def _load(path: pathlib.Path) -> LoadedModel:
         )
     if (path / "config.json").is_file():
         model = nnlib.load_hf_checkpoint(path)
-        return LoadedModel(model, _tokenizer_file(path), _chat_template(path), path.name)
+        tokenizer, template = _tokenizer_file(path), _chat_template(path)
+        return LoadedModel(model, tokenizer, template, path.name, _end_tokens(path))
     if (path / QUANT_RECORD).is_file():
         return _load_quantized(path)
     ckpt_dir = path / "checkpoints" if (path / "checkpoints").is_dir() else path
@@ -166,6 +169,22 @@ def _chat_template(path: pathlib.Path, *, jaxstack_made: bool = False):
     if template is None and jaxstack_made:
         return datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
     return template
+
+
+def _end_tokens(path: pathlib.Path) -> tuple[int, ...]:
+    """generation_config.json's `eos_token_id` (one id or a list: a chat model lists its
+    end-of-turn there), which transformers' generate and vLLM stop on."""
+    file = path / "generation_config.json"
+    if not file.is_file():
+        return ()
+    try:
+        ids = json.loads(file.read_text(encoding="utf-8")).get("eos_token_id")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError) as e:
+        raise ConfigError(f"{file}: not a generation config ({e}); fix or remove it") from None
+    ids = [ids] if isinstance(ids, int) else ids or []
+    if not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+        raise ConfigError(f"{file}: eos_token_id must be a token id or a list of them")
+    return tuple(ids)
 
 
 def _template_file(path: pathlib.Path) -> datalib.ChatTemplate:

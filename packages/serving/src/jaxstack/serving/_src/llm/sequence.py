@@ -48,7 +48,7 @@ class Sequence:
         *,
         seed: int,
         max_tokens: int,
-        eos_token_id: int | None,
+        eos_token_ids: frozenset[int],
         detokenizer: Detokenizer | None,
     ):
         self.request_id = request_id
@@ -58,7 +58,7 @@ class Sequence:
         self.params = params
         self.seed = seed
         self.max_tokens = max_tokens
-        self.eos_token_id = eos_token_id
+        self.eos_token_ids = eos_token_ids  # the tokenizer's eos and the model's other end tokens
         self.detokenizer = detokenizer
         self.output = CompletionOutput(index=index)
         if params.logprobs is not None:
@@ -121,7 +121,7 @@ class Sequence:
 
     def _ends_here(self, token_id: int, may_stop: bool) -> bool:
         """End-of-sequence (when it may stop), or a structured output that is complete."""
-        eos = may_stop and token_id == self.eos_token_id and not self.params.ignore_eos
+        eos = may_stop and token_id in self.eos_token_ids and not self.params.ignore_eos
         return eos or (self.guided is not None and self.guided.done)
 
     def banned_token_ids(self) -> list[int]:
@@ -129,8 +129,8 @@ class Sequence:
         if len(self.output.token_ids) >= self.params.min_tokens:
             return []
         banned = list(self.params.stop_token_ids)
-        if self.eos_token_id is not None and not self.params.ignore_eos:
-            banned.append(self.eos_token_id)
+        if not self.params.ignore_eos:
+            banned += self.eos_token_ids
         return banned
 
     def finish(self, reason: str, stop_reason: str | int | None = None) -> None:
