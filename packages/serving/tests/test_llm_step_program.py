@@ -109,3 +109,13 @@ def test_only_batches_that_limit_top_k_or_top_p_sort_the_vocabulary(model):
     assert not sorts(all_greedy=True)
     assert not sorts(all_greedy=False, top_k_top_p=False)
     assert sorts(all_greedy=False, top_k_top_p=True)
+
+
+def test_a_one_token_budget_still_updates_the_cache_in_place(long_model):
+    # One row makes XLA turn the scatter into a dynamic-update-slice that it does not do in
+    # place (a copy of the whole cache per layer); steps are padded to at least 16 rows.
+    options = dict(LONG, max_num_seqs=1, max_num_batched_tokens=1, num_blocks=1024)
+    runner = LLM(long_model, **options).engine.runner
+    compiled = runner.lower(1).compile()
+    layer_bytes = runner.k.nbytes // long_model.config.num_layers
+    assert large_buffers(compiled.as_text(), layer_bytes // 8) == []
