@@ -21,7 +21,7 @@ def test_bad_preset_is_one_clear_line(capsys):
 
 def test_unknown_override_suggests(capsys):
     assert main(["--config", "test", "optim.learning_rat=1e-3"]) == 2
-    assert "Did you mean optim.'learning_rate'" in capsys.readouterr().err
+    assert "Did you mean 'optim.learning_rate'?" in capsys.readouterr().err
 
 
 def test_print_config_applies_overrides(capsys):

@@ -24,7 +24,6 @@ import dataclasses
 import importlib.resources
 import os
 import pathlib
-import re
 import tempfile
 import warnings
 from collections.abc import Iterable, Mapping
@@ -200,7 +199,7 @@ class RLConfig:
         try:
             return cls._from_dict(tree, algorithm)
         except trainer.ConfigError as e:  # the trainer's sections, in our error family
-            raise ConfigError(_quote_key_hint(str(e))) from None
+            raise ConfigError(str(e)) from None
 
     @classmethod
     def _from_dict(cls, tree: Mapping[str, Any], algorithm: str | None) -> RLConfig:
@@ -237,11 +236,6 @@ class RLConfig:
     def save(self, path: str | pathlib.Path) -> None:
         """Writes the resolved config as YAML (atomically), to repeat a run with `--config`."""
         write_atomic(pathlib.Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
-
-
-def _quote_key_hint(message: str) -> str:
-    """ "Did you mean dpo.'beta'?" -> "Did you mean 'dpo.beta'?": the whole key quoted."""
-    return re.sub(r"Did you mean ((?:\w+\.)+)'([^']+)'\?", r"Did you mean '\1\2'?", message)
 
 
 def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:

@@ -379,7 +379,7 @@ def _unknown_message(key: str, valid: Iterable[str]) -> str:
     leaf = key.rsplit(".", 1)[-1]
     prefix = key.rsplit(".", 1)[0] + "." if "." in key else ""
     near = difflib.get_close_matches(leaf, valid, n=1, cutoff=0.5)
-    hint = f" Did you mean {prefix}{near[0]!r}?" if near else ""
+    hint = f" Did you mean {prefix + near[0]!r}?" if near else ""
     return f"unknown config key {key!r}.{hint} Valid keys here: {', '.join(sorted(valid))}"
 
 
