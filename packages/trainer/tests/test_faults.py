@@ -132,3 +132,25 @@ train(load_config("test", ["log.run_dir={tmp_path / "run"}", "train.steps=3"]))
     assert "Traceback" in proc.stderr and "Stopped: SIGINT" in proc.stderr.splitlines()[-1]
     assert "Exception ignored" not in proc.stderr, proc.stderr[-3000:]
     assert list((tmp_path / "run" / "checkpoints").iterdir()) == []  # nothing saved
+
+
+def test_a_signal_landing_during_the_stop_agreement_waits_for_the_next_one(monkeypatch):
+    """Every process must answer the same: the answer is what the all-gather saw. A signal that
+    lands while the gather runs (here: inside it) is the next step's, for every process; read
+    from the flag afterwards, it stopped its process alone, and the others waited for it."""
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from jaxstack.trainer._src.signals import StopSignals
+
+    stop = StopSignals()
+
+    def gather_while_a_signal_lands(value):
+        stop.signum = signal.SIGTERM  # the handler ran in the middle of the collective
+        return np.array([value, 0])
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    monkeypatch.setattr(multihost_utils, "process_allgather", gather_while_a_signal_lands)
+    assert stop.agreed() is False
+    assert stop.agreed() is True  # the next agreement carries it

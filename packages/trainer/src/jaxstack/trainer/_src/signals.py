@@ -92,10 +92,13 @@ class StopSignals:
 
         if jax.process_count() == 1:
             return self.requested
-        signums = multihost_utils.process_allgather(np.int32(self.signum or 0))
-        if self.signum is None and int(np.max(signums)):
-            self.signum = int(np.max(signums))
-        return self.requested
+        # The answer is what was gathered, never this process's flag read again afterwards: a
+        # signal landing between the all-gather and that read would stop this process alone.
+        # Such a signal is in the next step's all-gather, for every process at once.
+        agreed = int(np.max(multihost_utils.process_allgather(np.int32(self.signum or 0))))
+        if agreed and self.signum is None:
+            self.signum = agreed
+        return bool(agreed)
 
     def _handle(self, signum: int, frame: Any) -> None:
         again = self.signum is not None
