@@ -94,7 +94,7 @@ def load_tokenizer_assets(name: str, chat_template: str | None) -> TokenizerAsse
         main = folder / "tokenizer.json" if source.is_dir() else source
         files["tokenizer.json"] = main.read_bytes()
     config = _json(files.get("tokenizer_config.json"), "tokenizer_config.json", folder)
-    template = _chat_template(chat_template, folder, config, files)
+    template = _chat_template(chat_template, folder, config)
     config.update(_token_entries(tokenizer), chat_template=template.source)
     config.setdefault("tokenizer_class", "PreTrainedTokenizerFast")
     config.setdefault("clean_up_tokenization_spaces", False)
@@ -136,30 +136,24 @@ def _token_entries(tokenizer: Any) -> dict[str, str]:
 
 
 def _chat_template(
-    explicit: str | None, folder: pathlib.Path | None, config: dict[str, Any], files: dict
+    explicit: str | None, folder: pathlib.Path | None, config: dict[str, Any]
 ) -> Any:
+    """`sft.chat_template` if given, else the folder's (where transformers finds it), else the
+    built-in one with the folder's special tokens."""
     from jaxstack import datalib
     from jaxstack.rl._src.encode import DEFAULT_CHAT_TEMPLATE
 
-    specials = {}
-    for key in ("bos_token", "eos_token", "pad_token", "unk_token"):
-        value = config.get(key)
-        value = value.get("content") if isinstance(value, dict) else value
-        if isinstance(value, str):
-            specials[key] = value
     try:
         if explicit is not None:
             return datalib.ChatTemplate.from_tokenizer_config(explicit)
-        if "chat_template.jinja" in files:
-            text = files["chat_template.jinja"]
-            text = text.decode("utf-8") if isinstance(text, bytes) else text
-            return datalib.ChatTemplate(text, special_tokens=specials)
-        if config.get("chat_template") is not None:
-            return datalib.ChatTemplate.from_tokenizer_config(config)
+        if folder is not None and (found := datalib.ChatTemplate.from_model_folder(folder)):
+            return found
     except datalib.Error as e:
         where = explicit if explicit is not None else folder
         raise ConfigError(f"chat template of {where}: {e}") from None
-    return datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE, special_tokens=specials)
+    return datalib.ChatTemplate.from_tokenizer_config(
+        {**config, "chat_template": DEFAULT_CHAT_TEMPLATE}
+    )
 
 
 def check_vocabulary(tokenizer: Any, model_vocab: int, *, where: str, pretrained: bool) -> None:
