@@ -40,16 +40,6 @@ def step_profiler(config: Config, run_dir: pathlib.Path) -> Any:
     )
 
 
-def profiled_step(profiler: Any, step: int, executable: Any) -> Any:
-    """`profiler.step(step, executable=...)`: a capture starting at this step saves the train
-    step's HLO first, so `jaxstack-prof report` has its FLOPs, roofline and memory. xprof-lite
-    0.5 (the last release) has no `executable=`; with it the window is traced without them."""
-    try:
-        return profiler.step(step, executable=executable)
-    except TypeError:
-        return profiler.step(step)
-
-
 def check(config: Config) -> None:
     """Fail early, before any compile, when a requested extra is missing."""
     attention_function(config.train.attention)

@@ -222,7 +222,10 @@ def _steps(
                 p.trial_steps += 1
             t = time.perf_counter()
             train_step = p.train_steps[p.matmul_backend]
-            with extras.profiled_step(profiler, p.step, train_step) if profiler else nullcontext():
+            # A capture starting at this step saves the step's HLO first (FLOPs, roofline and
+            # memory for `jaxstack-prof report`).
+            window = profiler.step(p.step, executable=train_step) if profiler else nullcontext()
+            with window:
                 p.state, device_metrics = train_step(p.state, batch)
                 metrics = {k: float(v) for k, v in jax.device_get(device_metrics).items()}
             dt = time.perf_counter() - t
