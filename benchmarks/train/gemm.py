@@ -158,8 +158,7 @@ def main() -> None:
         p.error("--torch PYTHON is required: the python of a venv with torch (see README)")
 
     sys.path.insert(0, str(HERE.parent))
-    from conditions import conditions_markdown, measure_conditions
-    from run import machine_kind
+    from conditions import conditions_markdown, machine_kind, measure_conditions
 
     pythons = {"jax": sys.executable, "torch": args.torch}
     results, steps, commands = {}, {}, {}

@@ -28,7 +28,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
-from conditions import conditions_markdown, measure_conditions
+from conditions import conditions_markdown, machine_kind, measure_conditions
 
 HERE = pathlib.Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -36,19 +36,6 @@ CASES = {
     "d256": dict(d_model=256, heads=4, mlp=1024),
     "d512": dict(d_model=512, heads=8, mlp=2048),
 }
-
-
-def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
-    """A short file-name tag for the CPU kind: vendor, family, widest vector unit and the
-    matrix/bf16 extensions that change which dtype is fastest (AMX tiles, AVX512-BF16)."""
-    words = cpu_model.lower().replace("(r)", "").replace("(tm)", "").split()
-    vendor = "-".join(w for w in words[:2] if w.isalpha()) or "cpu"
-    vector = "avx512" if "avx512f" in cpu_flags else "avx2" if "avx2" in cpu_flags else "novec"
-    if "amx_tile" in cpu_flags:
-        vector += "-amx"
-    elif "avx512_bf16" in cpu_flags:
-        vector += "-bf16"
-    return f"{vendor}-{vector}"
 
 
 # glibc settings equal to jaxstack-train's `train.host_allocator=retain`, for the peers' processes.
@@ -249,6 +236,7 @@ def main() -> None:
         help="cases that also run jaxstack with each train.matmul_backend fixed",
     )
     p.add_argument("--name", help="results-NAME-<machine kind>.md/.json instead of results-<kind>")
+    p.add_argument("--out", type=pathlib.Path, help="write results.md/.json into this folder")
     p.add_argument(
         "--allocator-cases",
         default="d256",
@@ -297,13 +285,25 @@ def main() -> None:
         )
     lines += ["", "Commands:", ""] + [f"- {k}: `{v}`" for k, v in commands.items()]
     payload = {"rows": rows, "commands": commands}
-    print(write_results(args.name, meta, payload, "benchmarks/train results", lines))
+    print(write_results(args.name, meta, payload, "benchmarks/train results", lines, args.out))
 
 
-def write_results(name: str | None, meta: dict, payload: dict, title: str, body: list) -> str:
-    """Writes results-[name-]<machine kind>.json and .md (title, run conditions, body)."""
+def write_results(
+    name: str | None,
+    meta: dict,
+    payload: dict,
+    title: str,
+    body: list,
+    out: pathlib.Path | None = None,
+) -> str:
+    """Writes results-[name-]<machine kind>.json and .md (title, run conditions, body) here, or
+    results.json and .md into `out`."""
     kind = machine_kind(meta["cpu_model"], meta["cpu_flags"])
-    stem = HERE / ("results-" + (f"{name}-" if name else "") + kind)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / "results"
+    else:
+        stem = HERE / ("results-" + (f"{name}-" if name else "") + kind)
     stem.with_suffix(".json").write_text(json.dumps({"meta": meta, **payload}, indent=1))
     text = "\n".join([f"# {title} on {kind}", "", conditions_markdown(meta), "", *body]) + "\n"
     stem.with_suffix(".md").write_text(text)
