@@ -122,16 +122,35 @@ def _cpu_seconds() -> float:
     return t.user + t.system + t.children_user + t.children_system
 
 
+def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
+    """A short file-name tag for the CPU kind: vendor, family, widest vector unit and the
+    matrix/bf16 extensions that change which dtype is fastest (AMX tiles, AVX512-BF16)."""
+    words = cpu_model.lower().replace("(r)", "").replace("(tm)", "").split()
+    vendor = "-".join(w for w in words[:2] if w.isalpha()) or "cpu"
+    vector = "avx512" if "avx512f" in cpu_flags else "avx2" if "avx2" in cpu_flags else "novec"
+    if "amx_tile" in cpu_flags:
+        vector += "-amx"
+    elif "avx512_bf16" in cpu_flags:
+        vector += "-bf16"
+    return f"{vendor}-{vector}"
+
+
+def was_busy(conditions: dict) -> bool:
+    """Whether other work loaded more than half the cores: before the run, or during it beyond
+    the load of the benchmark's own threads."""
+    load = conditions["load_average_1min"]
+    own = conditions.get("own_cpu_cores")
+    if own is None:  # results written before the benchmark's own CPU time was measured
+        return max(load["during_max"], load["before"]) > 0.5 * conditions["cpu_cores"]
+    return max(load["before"], load["during_median"] - own) > 0.5 * conditions["cpu_cores"]
+
+
 def conditions_markdown(conditions: dict) -> str:
     """The run conditions as a short Markdown paragraph for the top of a results file."""
     load = conditions["load_average_1min"]
     cores = conditions["cpu_cores"]
     own = conditions.get("own_cpu_cores")
-    if own is None:  # results written before the benchmark's own CPU time was measured
-        busy = max(load["during_max"], load["before"]) > 0.5 * cores
-    else:  # other work's load: before the run, and during it beyond the run's own
-        busy = max(load["before"], load["during_median"] - own) > 0.5 * cores
-    verdict = "a shared, busy machine" if busy else "a quiet machine"
+    verdict = "a shared, busy machine" if was_busy(conditions) else "a quiet machine"
     versions = ", ".join(f"{k} {v}" for k, v in conditions["versions"].items())
     flags = " ".join(conditions["cpu_flags"]) or "no AVX2/AVX-512/AMX"
     after = load["after"]

@@ -1,15 +1,20 @@
-"""Every CPU benchmark in one command, then benchmarks/RESULTS.md from their results files.
+"""Every CPU benchmark in one command, in interleaved rounds, then benchmarks/RESULTS.md.
 
-    .venv/bin/python benchmarks/run_all.py --quick          # every benchmark's quick mode
-    .venv/bin/python benchmarks/run_all.py                  # full runs (long: tens of minutes)
-    .venv/bin/python benchmarks/run_all.py --only nnlib,optlib --quick
+    .venv/bin/python benchmarks/run_all.py                  # full runs, 3 rounds (hours on 2 cores)
+    .venv/bin/python benchmarks/run_all.py --rounds 5 --only nnlib,optlib
+    .venv/bin/python benchmarks/run_all.py --quick          # every benchmark's quick mode, once
     .venv/bin/python benchmarks/run_all.py --report-only    # just rewrite RESULTS.md
 
-Quick runs write into `<benchmark>/quick/` and leave the full results alone. RESULTS.md reads
-each benchmark's full `results.json` (and its quick one), puts the headline comparison with the
-peer in a table with the ratio, draws the ratios in `plots/<benchmark>.png`, and copies the run
-conditions the script measured (benchmarks/conditions.py); a results file written before the
-scripts measured their conditions is marked as such.
+A full run measures every chosen benchmark once per round, round after round (the order reversed
+every other round), so a change in the machine's load hits all of them alike. Each round's
+results go to `<benchmark>/runs/<machine kind>/round-<n>/`, the machine kind being the CPU's
+(benchmarks/conditions.py `machine_kind`); a sitting replaces that kind's rounds only once all
+of them succeeded, so an interrupted one loses nothing. Quick runs write into `<benchmark>/quick/`.
+
+RESULTS.md has, per benchmark, the headline comparisons with the peer and one column per machine
+kind measured: the median over the rounds of jaxstack's per-round advantage and its [min, max].
+A range that includes 1.0 reads "parity": the rounds do not show either side ahead. Under the
+table come each kind's run conditions as the scripts measured them.
 """
 
 from __future__ import annotations
@@ -17,6 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -26,7 +33,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from conditions import conditions_markdown  # noqa: E402
+from conditions import conditions_markdown, machine_kind, was_busy  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,6 @@ class Benchmark:
     quick: list[str] | None
     headline: Callable[[dict], list[Row]]
     env: dict[str, str] = field(default_factory=dict)
-    results: tuple[str, ...] = ("results.json",)  # globs; one section per file found
 
 
 def ckptlib_rows(r: dict) -> list[Row]:
@@ -198,11 +204,29 @@ BENCHMARKS = [
               ["serving-models/bench.py", "--quick", "--out", "serving-models/quick"],
               serving_models_rows),
     Benchmark("train", "training throughput vs minimal torch, HF Llama and MaxText",
-              ["train/run.py"], None, train_rows,
-              results=("results-intel-*.json", "results-amd-*.json",
-                       "results-matmul-backend-intel-*.json",
-                       "results-matmul-backend-d512-*.json")),
+              ["train/run.py"], None, train_rows),
 ]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Spread:
+    """jaxstack's advantage on one comparison, one value per round."""
+
+    advantages: tuple[float, ...]
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.advantages)
+
+    @property
+    def parity(self) -> bool:
+        """The rounds disagree on which side is ahead (or it is exactly even)."""
+        return min(self.advantages) <= 1.0 <= max(self.advantages)
+
+    def cell(self) -> str:
+        low, high = min(self.advantages), max(self.advantages)
+        spread = f"{self.median:.2f}x [{low:.2f}, {high:.2f}]"
+        return f"parity ({spread})" if self.parity else spread
 
 
 def load(path: Path) -> dict | None:
@@ -219,10 +243,7 @@ def conditions_of(results: dict) -> dict | None:
     return None
 
 
-def run(benchmark: Benchmark, quick: bool) -> str:
-    args = benchmark.quick if quick else benchmark.full
-    if args is None:
-        return f"{benchmark.name}: no quick mode; run it in full (`--only {benchmark.name}`)"
+def run(benchmark: Benchmark, args: list[str], label: str) -> str:
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, str(HERE / args[0]), *args[1:]],
@@ -232,81 +253,169 @@ def run(benchmark: Benchmark, quick: bool) -> str:
     )
     took = time.perf_counter() - start
     status = "ok" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
-    return f"{benchmark.name}: {status} in {took:.0f} s"
+    return f"{benchmark.name} {label}: {status} in {took:.0f} s"
 
 
-def plot(name: str, rows: list[Row]) -> str | None:
-    """A bar per headline row: how many times better jaxstack is than the peer."""
-    if not rows:
+def run_rounds(chosen: list[Benchmark], rounds: int, kind: str) -> list[str]:
+    """Every chosen benchmark once per round, interleaved; a benchmark's rounds replace the
+    kind's previous ones only when all of them succeeded."""
+    staging = {b.name: HERE / b.name / "runs" / f"{kind}.partial" for b in chosen}
+    for folder in staging.values():
+        shutil.rmtree(folder, ignore_errors=True)
+    summary, failed = [], set()
+    for number in range(1, rounds + 1):
+        order = chosen if number % 2 else chosen[::-1]
+        for b in order:
+            out = staging[b.name] / f"round-{number}"
+            line = run(b, [*b.full, "--out", str(out)], f"round {number}/{rounds}")
+            print(line, flush=True)
+            summary.append(line)
+            if "FAILED" in line:
+                failed.add(b.name)
+    for b in chosen:
+        if b.name in failed:
+            summary.append(
+                f"{b.name}: kept the previous rounds; this sitting's are in {staging[b.name]}"
+            )
+            continue
+        final = HERE / b.name / "runs" / kind
+        shutil.rmtree(final, ignore_errors=True)
+        staging[b.name].rename(final)
+    return summary
+
+
+def rounds_by_kind(benchmark: Benchmark) -> dict[str, list[Path]]:
+    """Machine kind -> the results files of its rounds, in round order."""
+    runs = HERE / benchmark.name / "runs"
+    if not runs.is_dir():
+        return {}
+    found = {}
+    for kind in sorted(p for p in runs.iterdir() if p.is_dir() and p.suffix != ".partial"):
+        files = sorted(
+            kind.glob("round-*/results.json"), key=lambda p: int(p.parent.name.split("-")[1])
+        )
+        if files:
+            found[kind.name] = files
+    return found
+
+
+def spreads(benchmark: Benchmark, by_kind: dict[str, list[Path]]) -> tuple[dict, dict, list[str]]:
+    """(comparison -> kind -> Spread, comparison -> kind -> settings, problems) where a
+    comparison is (what, peer name)."""
+    values: dict[tuple[str, str], dict[str, list[float]]] = {}
+    settings: dict[tuple[str, str], dict[str, set[str]]] = {}
+    problems = []
+    for kind, files in by_kind.items():
+        for path in files:
+            try:
+                rows = benchmark.headline(load(path))
+            except (KeyError, TypeError, ZeroDivisionError, StopIteration) as error:
+                problems.append(
+                    f"{path.relative_to(HERE).as_posix()}: headline not readable ({error!r})"
+                )
+                continue
+            for row in rows:
+                key = (row.what, row.peer_name)
+                values.setdefault(key, {}).setdefault(kind, []).append(row.advantage)
+                settings.setdefault(key, {}).setdefault(kind, set()).add(row.setting)
+    table = {key: {k: Spread(tuple(v)) for k, v in kinds.items()} for key, kinds in values.items()}
+    return table, settings, problems
+
+
+def settings_cell(by_kind: dict[str, set[str]]) -> str:
+    distinct = {s for kind_settings in by_kind.values() for s in kind_settings}
+    if len(distinct) == 1:
+        return distinct.pop()
+    return "; ".join(f"{kind}: {' / '.join(sorted(s))}" for kind, s in by_kind.items())
+
+
+def plot(name: str, table: dict, kinds: list[str]) -> str | None:
+    """Per comparison, one bar per machine kind (the median advantage) with its [min, max]."""
+    if not table:
         return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(7, 0.45 * len(rows) + 1.2))
-    labels = [f"{r.what}\nvs {r.peer_name}" for r in rows]
-    values = [r.advantage for r in rows]
-    axes.barh(labels, values, color=["tab:green" if v >= 1 else "tab:red" for v in values])
+    keys = list(table)
+    height = 0.8 / len(kinds)
+    figure, axes = plt.subplots(figsize=(8, 0.5 * len(keys) * len(kinds) + 1.5))
+    for k, kind in enumerate(kinds):
+        ys, medians, low, high = [], [], [], []
+        for i, key in enumerate(keys):
+            if spread := table[key].get(kind):
+                ys.append(i + (k - (len(kinds) - 1) / 2) * height)
+                medians.append(spread.median)
+                low.append(spread.median - min(spread.advantages))
+                high.append(max(spread.advantages) - spread.median)
+        axes.barh(ys, medians, height=height, xerr=[low, high], capsize=3, label=kind)
+    axes.set_yticks(range(len(keys)), [f"{what}\nvs {peer}" for what, peer in keys], fontsize=8)
     axes.axvline(1.0, color="black", linewidth=0.8)
-    axes.set_xlabel("times better than the peer (> 1: jaxstack ahead)")
-    axes.tick_params(axis="y", labelsize=7)
+    axes.set_xlabel(
+        "times better than the peer (> 1: jaxstack ahead); bars: median, whiskers: min-max"
+    )
     axes.invert_yaxis()
-    figure.tight_layout()
+    axes.legend(fontsize=8, loc="best")
     (HERE / "plots").mkdir(exist_ok=True)
     path = HERE / "plots" / f"{name}.png"
-    figure.savefig(path, dpi=90)
+    figure.savefig(path, dpi=90, bbox_inches="tight")  # tight: long labels are never clipped
     plt.close(figure)
     return f"plots/{name}.png"
 
 
+def kind_conditions(kind: str, files: list[Path]) -> str:
+    """One line per machine kind: its first round's conditions, the others' load, and links."""
+    measured = [c for c in (conditions_of(load(p)) for p in files) if c]
+    links = ", ".join(
+        f"[{p.parent.name}]({p.relative_to(HERE).with_suffix('.md').as_posix()})" for p in files
+    )
+    if not measured:
+        return f"- **{kind}**: conditions not recorded. Rounds: {links}."
+    during = ", ".join(f"{c['load_average_1min']['during_median']:.2f}" for c in measured)
+    quiet = sum(not was_busy(c) for c in measured)
+    return (
+        f"- **{kind}**, {len(files)} rounds: {conditions_markdown(measured[0])} 1-minute load "
+        f"during each round (median): {during}; quiet in {quiet} of {len(measured)} rounds. "
+        f"Rounds: {links}."
+    )
+
+
 def section(benchmark: Benchmark) -> list[str]:
-    folder = HERE / benchmark.name
-    found = sorted({p for pattern in benchmark.results for p in folder.glob(pattern)})
-    quick = folder / "quick" / "results.json"
     lines = [f"## {benchmark.name}: {benchmark.what}", ""]
-    if not found and not quick.exists():
-        return [*lines, "No results yet.", ""]
-    for path in found or [quick]:
-        lines += results_table(benchmark, path)
-    if found and quick.exists():
-        lines += [f"Quick run: [quick/results.md]({benchmark.name}/quick/results.md).", ""]
-        if q := conditions_of(load(quick)):
-            lines += [f"Conditions of the quick run: {conditions_markdown(q)}", ""]
-    return lines
-
-
-def results_table(benchmark: Benchmark, path: Path) -> list[str]:
-    """The headline rows of one results file, its plot, links and run conditions."""
-    source = path.relative_to(HERE).as_posix()
-    results = load(path)
-    lines = [f"From [{path.name}]({source}) ([Markdown]({source.removesuffix('.json')}.md)):", ""]
-    try:
-        rows = benchmark.headline(results)
-    except (KeyError, TypeError, ZeroDivisionError, StopIteration) as error:
-        rows = []
-        lines += [f"(headline not readable: {error!r}; see the file)", ""]
-    if rows:
+    by_kind = rounds_by_kind(benchmark)
+    quick = HERE / benchmark.name / "quick" / "results.json"
+    if not by_kind:
         lines += [
-            "| comparison | jaxstack | peer | peer value | jaxstack advantage | settings |",
-            "|---|---:|---|---:|---:|---|",
+            "Not yet measured in interleaved rounds on any machine kind: "
+            f"`run_all.py --only {benchmark.name}` does it.",
+            "",
         ]
+    else:
+        table, settings, problems = spreads(benchmark, by_kind)
+        kinds = list(by_kind)
         lines += [
-            f"| {r.what} | {r.jaxstack:,.3g} {r.unit} | {r.peer_name} | {r.peer:,.3g} {r.unit} "
-            f"| {r.advantage:.2f}x | {r.setting} |"
-            for r in rows
+            "| comparison | peer | " + " | ".join(kinds) + " | settings |",
+            "|---|---|" + "---:|" * len(kinds) + "---|",
         ]
+        for key, cells in table.items():
+            shown = [cells[k].cell() if k in cells else "-" for k in kinds]
+            lines.append(
+                f"| {key[0]} | {key[1]} | {' | '.join(shown)} | {settings_cell(settings[key])} |"
+            )
         lines.append("")
-        name = f"{benchmark.name}-{path.stem}" if path.stem != "results" else benchmark.name
-        if picture := plot(name, rows):
-            lines += [f"![{name} ratios]({picture})", ""]
-    conditions = conditions_of(results)
-    lines.append(
-        "Conditions: "
-        + (conditions_markdown(conditions) if conditions else "**not measured** (written before "
-           "the script recorded its run conditions; its own header states what was known).")
-    )  # fmt: skip
-    return [*lines, ""]
+        if picture := plot(benchmark.name, table, kinds):
+            lines += [f"![{benchmark.name} ratios]({picture})", ""]
+        lines += [kind_conditions(kind, files) for kind, files in by_kind.items()]
+        lines += [f"- {problem}" for problem in problems]
+        lines.append("")
+    if quick.exists():
+        lines += [
+            f"Quick run (smoke sizes, one round): "
+            f"[quick/results.md]({benchmark.name}/quick/results.md).",
+            "",
+        ]
+    return lines
 
 
 def write_report() -> Path:
@@ -321,10 +430,13 @@ def write_report() -> Path:
     lines = [
         "# Benchmark results",
         "",
-        "Written by `benchmarks/run_all.py` from each benchmark's results files; every number "
-        "links to the file it comes from. *jaxstack advantage* is how many times better jaxstack "
-        "is than the peer on that row (higher throughput or lower time/memory): above 1 jaxstack "
-        "is ahead. Rows compare the same settings unless the settings column says otherwise.",
+        "Written by `benchmarks/run_all.py` from each benchmark's results files. Each cell is "
+        "jaxstack's advantage over the peer on one machine kind: how many times better jaxstack "
+        "is (higher throughput or lower time/memory; above 1 jaxstack is ahead), as the median "
+        "over interleaved rounds with the [min, max] of the rounds. A range that includes 1.0 "
+        "reads *parity*: the rounds do not show either side ahead. Rows compare the same "
+        "settings unless the settings column says otherwise; every round links to its results "
+        "file, which has the absolute numbers.",
         "",
     ]
     for benchmark in BENCHMARKS:
@@ -339,12 +451,26 @@ def write_report() -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode")
+    parser.add_argument("--quick", action="store_true", help="each benchmark's quick mode, once")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of full runs")
     parser.add_argument("--only", help="comma-separated benchmark names")
     parser.add_argument("--report-only", action="store_true", help="only rewrite RESULTS.md")
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds={args.rounds}: give at least 1")
     chosen = [b for b in BENCHMARKS if not args.only or b.name in args.only.split(",")]
-    summary = [] if args.report_only else [run(b, args.quick) for b in chosen]
+    if args.report_only:
+        summary = []
+    elif args.quick:
+        summary = [
+            run(b, b.quick, "quick") if b.quick else f"{b.name}: no quick mode; run it in full"
+            for b in chosen
+        ]
+    else:
+        from jaxstack.xprof_lite import host_cpu
+
+        cpu = host_cpu()
+        summary = run_rounds(chosen, args.rounds, machine_kind(cpu.model, list(cpu.flags)))
     path = write_report()
     print("\n".join([*summary, f"wrote {path}"]))
     return 1 if any("FAILED" in line for line in summary) else 0

@@ -75,3 +75,81 @@ def test_conditions_count_the_benchmarks_own_cpu_time_not_as_other_work():
     assert "a quiet machine" in conditions.conditions_markdown(meta)
     meta["own_cpu_cores"] = 0.2  # the same load from other work
     assert "a shared, busy machine" in conditions.conditions_markdown(meta)
+
+
+def _run_all_module():
+    sys.path.insert(0, str(SCRIPT.parents[1]))
+    try:
+        import run_all
+    finally:
+        sys.path.pop(0)
+    return run_all
+
+
+FAKE_BENCHMARK = """import argparse, json, pathlib, sys
+sys.path.insert(0, {benchmarks!r})
+from conditions import measure_conditions
+parser = argparse.ArgumentParser()
+parser.add_argument("--out", type=pathlib.Path)
+parser.add_argument("--fail", action="store_true")
+args = parser.parse_args()
+if args.fail:
+    sys.exit(3)
+rounds = pathlib.Path({counter!r})
+done = int(rounds.read_text()) if rounds.exists() else 0
+rounds.write_text(str(done + 1))
+with measure_conditions(packages=["jax"], sample_every_s=60) as conditions:
+    ours = [1.2, 1.3, 0.9][done % 3]  # jaxstack's throughput per round; the peer's is 1.0
+args.out.mkdir(parents=True)
+results = {{"ours": ours, "peer": 1.0, "conditions": conditions.as_dict()}}
+(args.out / "results.json").write_text(json.dumps(results))
+(args.out / "results.md").write_text("fake")
+"""
+
+
+def test_run_all_reports_each_machine_kind_from_interleaved_rounds(tmp_path, monkeypatch):
+    run_all = _run_all_module()
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    (tmp_path / "fake.py").write_text(
+        FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
+    )
+
+    def headline(r):
+        return [run_all.Row("speed", r["ours"], "peer", r["peer"], "x/s", True)]
+
+    fake = run_all.Benchmark("fake", "a fake benchmark", ["fake.py"], None, headline)
+    summary = run_all.run_rounds([fake], rounds=3, kind="kind-a")
+    assert [line.split(":")[0] for line in summary] == [f"fake round {n}/3" for n in (1, 2, 3)]
+    rounds = sorted(p.name for p in (tmp_path / "fake" / "runs" / "kind-a").iterdir())
+    assert rounds == ["round-1", "round-2", "round-3"]
+
+    # A second kind, measured in two rounds where jaxstack was ahead both times.
+    for n, ours in ((1, 1.5), (2, 1.7)):
+        folder = tmp_path / "fake" / "runs" / "kind-b" / f"round-{n}"
+        folder.mkdir(parents=True)
+        first = json.loads((tmp_path / "fake/runs/kind-a/round-1/results.json").read_text())
+        (folder / "results.json").write_text(json.dumps({**first, "ours": ours}))
+    lines = run_all.section(fake)
+    row = next(line for line in lines if line.startswith("| speed |"))
+    # kind-a: 1.2, 1.3, 0.9 -> the range includes 1.0, so parity; kind-b: 1.5, 1.7 -> ahead.
+    assert (
+        row == "| speed | peer | parity (1.20x [0.90, 1.30]) | 1.60x [1.50, 1.70] | same for both |"
+    )
+    assert any(line.startswith("- **kind-a**, 3 rounds: Run ") for line in lines)
+
+
+def test_run_all_keeps_the_previous_rounds_when_a_round_fails(tmp_path, monkeypatch):
+    run_all = _run_all_module()
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    (tmp_path / "fake.py").write_text(
+        FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
+    )
+    previous = tmp_path / "fake" / "runs" / "kind-a" / "round-1"
+    previous.mkdir(parents=True)
+    (previous / "results.json").write_text("{}")
+    failing = run_all.Benchmark("fake", "fails", ["fake.py", "--fail"], None, lambda r: [])
+    summary = run_all.run_rounds([failing], rounds=2, kind="kind-a")
+    assert "FAILED (exit 3)" in summary[0]
+    assert summary[-1].startswith("fake: kept the previous rounds")
+    assert (previous / "results.json").read_text() == "{}"
+    assert run_all.rounds_by_kind(failing) == {"kind-a": [previous / "results.json"]}

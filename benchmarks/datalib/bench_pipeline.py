@@ -327,6 +327,9 @@ def main():
     parser.add_argument(
         "--markdown-only", action="store_true", help="rewrite results.md from results.json"
     )
+    parser.add_argument(
+        "--out", type=pathlib.Path, help="default: this folder (quick/ with --quick)"
+    )
     args = parser.parse_args()
     if args.markdown_only:
         write_markdown(json.loads((HERE / "results.json").read_text()), HERE / "results.md")
@@ -361,8 +364,8 @@ def main():
             "worker_transport": bench_worker_transport(corpus, tokenizers, batches, group),
         }
     results["conditions"] = conditions.as_dict()
-    out = HERE / "quick" if args.quick else HERE
-    out.mkdir(exist_ok=True)
+    out = args.out or (HERE / "quick" if args.quick else HERE)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     write_markdown(results, out / "results.md")
     print(f"wrote {out / 'results.md'}")

@@ -148,6 +148,9 @@ def main():
         action="store_true",
         help="keep the fwd+bwd rows of the previous results.json",
     )
+    parser.add_argument(
+        "--out", type=pathlib.Path, help="default: this folder (quick/ with --quick)"
+    )
     args = parser.parse_args()
     if args.quick:
         args.batch, args.seq, args.iters, args.overhead_iters = 2, 64, 3, 7
@@ -155,7 +158,7 @@ def main():
     with measure_conditions(packages=versions) as conditions:
         out = measure(args)
     out["conditions"] = conditions.as_dict()
-    write(out, args, HERE / "quick" if args.quick else HERE)
+    write(out, args, args.out or (HERE / "quick" if args.quick else HERE))
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -208,7 +211,7 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def write(out: dict, args: argparse.Namespace, folder: pathlib.Path) -> None:
-    folder.mkdir(exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True)
     (folder / "results.json").write_text(json.dumps(out, indent=2))
     b, t, rows = out["batch"], out["seq_len"], out["fwd_bwd"]
     ob, ot = out["overhead_batch"], out["overhead_seq_len"]

@@ -149,12 +149,15 @@ def optimizer_time(repeats):
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (smoke run)")
+    parser.add_argument(
+        "--out", type=pathlib.Path, help="default: this folder (quick/ with --quick)"
+    )
     args = parser.parse_args()
     with measure_conditions(packages=["jax", "jaxlib", "optax", "jaxstack-optlib"]) as conditions:
         results = run(args.quick)
     results["conditions"] = conditions.as_dict()
-    out = HERE / "quick" if args.quick else HERE
-    out.mkdir(exist_ok=True)
+    out = args.out or (HERE / "quick" if args.quick else HERE)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.md").write_text(markdown(results))
 
