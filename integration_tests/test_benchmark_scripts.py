@@ -4,6 +4,7 @@ They live here rather than in a package's tests because every script records its
 through benchmarks/conditions.py, which reads the CPU through xprof-lite: a package's own test
 session has only that package and its declared dependencies installed."""
 
+import importlib
 import json
 import subprocess
 import sys
@@ -46,17 +47,17 @@ def test_kernels_tiny_run_writes_tables(tmp_path):
     assert "GPU numbers are not measured yet" in md and "| 32 |" in md
 
 
-def _conditions_module():
+def _benchmarks_module(name: str):
+    """A module of the benchmarks folder (not a package), imported by name."""
     sys.path.insert(0, str(SCRIPT.parents[1]))
     try:
-        import conditions
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return conditions
 
 
 def test_conditions_count_the_benchmarks_own_cpu_time_not_as_other_work():
-    conditions = _conditions_module()
+    conditions = _benchmarks_module("conditions")
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass"
     with conditions.measure_conditions(packages=["jax"], sample_every_s=0.5) as run:
         subprocess.run([sys.executable, "-c", burn], check=True)
@@ -75,15 +76,6 @@ def test_conditions_count_the_benchmarks_own_cpu_time_not_as_other_work():
     assert "a quiet machine" in conditions.conditions_markdown(meta)
     meta["own_cpu_cores"] = 0.2  # the same load from other work
     assert "a shared, busy machine" in conditions.conditions_markdown(meta)
-
-
-def _run_all_module():
-    sys.path.insert(0, str(SCRIPT.parents[1]))
-    try:
-        import run_all
-    finally:
-        sys.path.pop(0)
-    return run_all
 
 
 FAKE_BENCHMARK = """import argparse, json, pathlib, sys
@@ -108,7 +100,7 @@ results = {{"ours": ours, "peer": 1.0, "conditions": conditions.as_dict()}}
 
 
 def test_run_all_reports_each_machine_kind_from_interleaved_rounds(tmp_path, monkeypatch):
-    run_all = _run_all_module()
+    run_all = _benchmarks_module("run_all")
     monkeypatch.setattr(run_all, "HERE", tmp_path)
     (tmp_path / "fake.py").write_text(
         FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
@@ -139,7 +131,7 @@ def test_run_all_reports_each_machine_kind_from_interleaved_rounds(tmp_path, mon
 
 
 def test_run_all_keeps_the_previous_rounds_when_a_round_fails(tmp_path, monkeypatch):
-    run_all = _run_all_module()
+    run_all = _benchmarks_module("run_all")
     monkeypatch.setattr(run_all, "HERE", tmp_path)
     (tmp_path / "fake.py").write_text(
         FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
