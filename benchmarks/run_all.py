@@ -63,6 +63,9 @@ class Benchmark:
     quick: list[str] | None
     headline: Callable[[dict], list[Row]]
     env: dict[str, str] = field(default_factory=dict)
+    # The script alternates its own rounds (`--rounds N`) inside one run, because its peer takes
+    # minutes to start (a server's warm-up); its headline then gives one row per round.
+    own_rounds: bool = False
 
 
 def ckptlib_rows(r: dict) -> list[Row]:
@@ -150,6 +153,32 @@ def serving_models_rows(r: dict) -> list[Row]:
     return rows
 
 
+def serving_llm_rows(r: dict) -> list[Row]:
+    """vs_vllm.py: per round and concurrency, jaxstack-serve against vLLM-CPU (one row each),
+    and at concurrency 32 against HF generate's static batch of 32."""
+    rows = []
+    ours, theirs = r["rounds"]["jaxstack-serve"], r["rounds"]["vLLM-CPU"]
+    for c in ours:
+        for mine, peer in zip(ours[c], theirs[c], strict=True):
+            rows += [
+                Row(f"output tok/s, concurrency {c}", mine["output_tokens_per_s"], "vLLM-CPU",
+                    peer["output_tokens_per_s"], "tok/s", True),
+                Row(f"TPOT p50, concurrency {c}", mine["tpot_p50_ms"], "vLLM-CPU",
+                    peer["tpot_p50_ms"], "ms", False),
+                Row(f"CPU-ms per output token, concurrency {c}", mine["cpu_ms_per_output_token"],
+                    "vLLM-CPU", peer["cpu_ms_per_output_token"], "ms", False),
+            ]  # fmt: skip
+    if r.get("hf"):
+        batch = r["hf"]["static_batch"][0]
+        rows += [
+            Row("output tok/s, concurrency 32", mine["output_tokens_per_s"],
+                f"HF generate, static batch {batch['batch_size']}", batch["output_tokens_per_s"],
+                "tok/s", True)
+            for mine in ours["32"]
+        ]  # fmt: skip
+    return rows
+
+
 def allocator(settings: str) -> str:
     """'retain' or 'system': the host-allocator setting a train row's settings name."""
     retained = "retain" in settings or "arena_max" in settings
@@ -203,6 +232,8 @@ BENCHMARKS = [
               ["serving-models/bench.py"],
               ["serving-models/bench.py", "--quick", "--out", "serving-models/quick"],
               serving_models_rows),
+    Benchmark("serving-llm", "LLM server vs vLLM-CPU, both through `vllm bench serve`",
+              ["serving-llm/vs_vllm.py"], None, serving_llm_rows, own_rounds=True),
     Benchmark("train", "training throughput vs minimal torch, HF Llama and MaxText",
               ["train/run.py"], None, train_rows),
 ]  # fmt: skip
@@ -266,8 +297,12 @@ def run_rounds(chosen: list[Benchmark], rounds: int, kind: str) -> list[str]:
     for number in range(1, rounds + 1):
         order = chosen if number % 2 else chosen[::-1]
         for b in order:
+            if b.own_rounds and number > 1:
+                continue
             out = staging[b.name] / f"round-{number}"
-            line = run(b, [*b.full, "--out", str(out)], f"round {number}/{rounds}")
+            own = ["--rounds", str(rounds)] if b.own_rounds else []
+            label = f"{rounds} rounds of its own" if b.own_rounds else f"round {number}/{rounds}"
+            line = run(b, [*b.full, *own, "--out", str(out)], label)
             print(line, flush=True)
             summary.append(line)
             if "FAILED" in line:
@@ -364,7 +399,7 @@ def plot(name: str, table: dict, kinds: list[str]) -> str | None:
     return f"plots/{name}.png"
 
 
-def kind_conditions(kind: str, files: list[Path]) -> str:
+def kind_conditions(kind: str, files: list[Path], own_rounds: bool) -> str:
     """One line per machine kind: its first round's conditions, the others' load, and links."""
     measured = [c for c in (conditions_of(load(p)) for p in files) if c]
     links = ", ".join(
@@ -374,6 +409,10 @@ def kind_conditions(kind: str, files: list[Path]) -> str:
         return f"- **{kind}**: conditions not recorded. Rounds: {links}."
     during = ", ".join(f"{c['load_average_1min']['during_median']:.2f}" for c in measured)
     quiet = sum(not was_busy(c) for c in measured)
+    if own_rounds:
+        return (
+            f"- **{kind}**, rounds inside one run: {conditions_markdown(measured[0])} Run: {links}."
+        )
     return (
         f"- **{kind}**, {len(files)} rounds: {conditions_markdown(measured[0])} 1-minute load "
         f"during each round (median): {during}; quiet in {quiet} of {len(measured)} rounds. "
@@ -406,7 +445,7 @@ def section(benchmark: Benchmark) -> list[str]:
         lines.append("")
         if picture := plot(benchmark.name, table, kinds):
             lines += [f"![{benchmark.name} ratios]({picture})", ""]
-        lines += [kind_conditions(kind, files) for kind, files in by_kind.items()]
+        lines += [kind_conditions(k, files, benchmark.own_rounds) for k, files in by_kind.items()]
         lines += [f"- {problem}" for problem in problems]
         lines.append("")
     if quick.exists():

@@ -84,6 +84,7 @@ from conditions import measure_conditions
 parser = argparse.ArgumentParser()
 parser.add_argument("--out", type=pathlib.Path)
 parser.add_argument("--fail", action="store_true")
+parser.add_argument("--rounds", type=int)
 args = parser.parse_args()
 if args.fail:
     sys.exit(3)
@@ -93,7 +94,7 @@ rounds.write_text(str(done + 1))
 with measure_conditions(packages=["jax"], sample_every_s=60) as conditions:
     ours = [1.2, 1.3, 0.9][done % 3]  # jaxstack's throughput per round; the peer's is 1.0
 args.out.mkdir(parents=True)
-results = {{"ours": ours, "peer": 1.0, "conditions": conditions.as_dict()}}
+results = {{"ours": ours, "peer": 1.0, "rounds": args.rounds, "conditions": conditions.as_dict()}}
 (args.out / "results.json").write_text(json.dumps(results))
 (args.out / "results.md").write_text("fake")
 """
@@ -145,3 +146,16 @@ def test_run_all_keeps_the_previous_rounds_when_a_round_fails(tmp_path, monkeypa
     assert summary[-1].startswith("fake: kept the previous rounds")
     assert (previous / "results.json").read_text() == "{}"
     assert run_all.rounds_by_kind(failing) == {"kind-a": [previous / "results.json"]}
+
+
+def test_run_all_runs_a_benchmark_with_rounds_of_its_own_once(tmp_path, monkeypatch):
+    run_all = _benchmarks_module("run_all")
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    (tmp_path / "fake.py").write_text(
+        FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
+    )
+    own = run_all.Benchmark("fake", "own rounds", ["fake.py"], None, lambda r: [], own_rounds=True)
+    summary = run_all.run_rounds([own], rounds=3, kind="kind-a")
+    assert [line.split(":")[0] for line in summary] == ["fake 3 rounds of its own"]
+    (results,) = run_all.rounds_by_kind(own)["kind-a"]
+    assert json.loads(results.read_text())["rounds"] == 3

