@@ -46,6 +46,8 @@ _EXPORTS = {
     "MoE": "moe",
     "RMSNorm": "norm",
     "param_path": "paths",
+    "load_peft_adapter": "peft",
+    "read_peft_adapter": "peft",
     "get_preset": "presets",
     "list_presets": "presets",
     "apply_rope": "rope",
