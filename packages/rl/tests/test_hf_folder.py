@@ -7,7 +7,7 @@ import pytest
 import tokenizers
 from safetensors.numpy import load_file
 
-from jaxstack import datalib, rl
+from jaxstack import datalib, rl, serving
 from jaxstack.rl._src.policy import build_policy
 
 CHATS = [
@@ -100,6 +100,18 @@ def test_init_hf_takes_the_folders_tokenizer_and_writes_a_complete_folder(
     # the folder is itself a valid init.hf, tokenizer included
     again = build_policy(rl.load_config("dpo", None, [*tiny, f"init.hf={out}"]))
     assert again.tokenizer.eos_id == eos and again.tokenizer.vocab_size == tok.get_vocab_size()
+    # the adapter serves over the base folder without merging, and answers as the merged folder
+    greedy = serving.SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=0)
+    prompt = tok.encode("What is 2+2?").ids
+    engine = dict(max_num_seqs=2, max_num_batched_tokens=32)
+    [over_base] = serving.LLM(source, adapters={"sft": adapter}, **engine).generate(
+        [prompt], greedy, adapter="sft"
+    )
+    [from_merged] = serving.LLM(out, **engine).generate([prompt], greedy)
+    assert over_base.outputs[0].token_ids == from_merged.outputs[0].token_ids
+    np.testing.assert_allclose(
+        over_base.outputs[0].logprobs, from_merged.outputs[0].logprobs, atol=1e-4
+    )
 
 
 def test_byte_runs_write_a_tokenizer_json_with_the_byte_ids(tmp_path, tiny, write_jsonl):

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 import uvicorn
+from safetensors.numpy import save_file
 
 from jaxstack.serving import ModelConfig, ModelServer, RepositoryConfig, create_app, export
 
@@ -187,3 +188,29 @@ def tiny_lm_config():
         vocab_size=259, d_model=64, num_layers=2, num_heads=4, num_kv_heads=2, head_dim=16,
         mlp_dim=128, max_seq_len=160, init_std=0.1,
     )  # fmt: skip
+
+
+def _write_peft_adapter(folder, config, seed: int, modules=("q_proj", "v_proj"), rank=4) -> str:
+    """A PEFT folder (peft's save_pretrained layout) adapting every layer's `modules`."""
+    rng = np.random.default_rng(seed)
+    out = {"q_proj": config.num_heads, "v_proj": config.num_kv_heads, "o_proj": None}
+    tensors = {}
+    for i in range(config.num_layers):
+        for m in modules:
+            d_in = config.d_model if m != "o_proj" else config.num_heads * config.head_dim
+            d_out = (out[m] or 0) * config.head_dim or config.d_model
+            name = f"base_model.model.model.layers.{i}.self_attn.{m}"
+            tensors[f"{name}.lora_A.weight"] = rng.normal(0, 0.5, (rank, d_in)).astype(np.float32)
+            tensors[f"{name}.lora_B.weight"] = rng.normal(0, 0.5, (d_out, rank)).astype(np.float32)
+    folder.mkdir(parents=True)
+    save_file(tensors, str(folder / "adapter_model.safetensors"))
+    settings = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": modules}
+    (folder / "adapter_config.json").write_text(json.dumps(settings))
+    return str(folder)
+
+
+@pytest.fixture(scope="session")
+def write_peft_adapter():
+    """`write(folder, config, seed, modules=("q_proj", "v_proj"), rank=4)`: a PEFT LoRA
+    folder for an nnlib model of `config`, as peft's save_pretrained lays it out."""
+    return _write_peft_adapter

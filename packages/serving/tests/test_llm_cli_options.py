@@ -22,3 +22,11 @@ def test_gib_and_bytes_together_are_refused(capsys):
     with pytest.raises(SystemExit):
         parse("--kv-cache-gib", "1", "--kv-cache-memory-bytes", "5")
     assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_lora_modules_are_name_path_pairs(capsys):
+    args = parse("--lora-modules", "sql=runs/sql/adapter", "chat=/x/y=z")
+    assert args.lora_modules == [("sql", "runs/sql/adapter"), ("chat", "/x/y=z")]
+    with pytest.raises(SystemExit):
+        parse("--lora-modules", "runs/sql/adapter")
+    assert "'runs/sql/adapter' is not NAME=PATH" in capsys.readouterr().err

@@ -18,7 +18,7 @@ import uvicorn
 from flax import nnx
 
 from jaxstack import datalib, nnlib
-from jaxstack.serving import EngineConfig, LLMEngine, SamplingParams
+from jaxstack.serving import LLM, EngineConfig, LLMEngine, SamplingParams
 from jaxstack.serving._src.llm.async_engine import AsyncEngine, RequestFailedError
 from jaxstack.serving._src.llm.loading import DEFAULT_CHAT_TEMPLATE
 from jaxstack.serving._src.llm.openai_server import create_llm_app
@@ -31,10 +31,11 @@ MODEL = "tiny"
 class Server:
     """An AsyncEngine + the OpenAI app under uvicorn on a free loopback port."""
 
-    def __init__(self, config, **engine_options):
+    def __init__(self, config, adapters=None, **engine_options):
         self.model = nnlib.Transformer(config, rngs=nnx.Rngs(0))
         config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, **engine_options)
-        self.engine = AsyncEngine(LLMEngine(self.model, TOKENIZER, config), max_waiting=64)
+        engine = LLMEngine(self.model, TOKENIZER, config, adapters=adapters)
+        self.engine = AsyncEngine(engine, max_waiting=64)
         app = create_llm_app(
             self.engine,
             model_name=MODEL,
@@ -640,3 +641,35 @@ def test_key_route_size_and_queue_limits(server):
             server.client().completions.create(model=MODEL, prompt="x", max_tokens=1)
     finally:
         server.engine.max_waiting = 64
+
+
+def test_a_request_naming_a_lora_adapter_runs_with_it(tiny_lm_config, tmp_path, write_peft_adapter):
+    folder = write_peft_adapter(tmp_path / "sql", tiny_lm_config, seed=1)
+    s = Server(tiny_lm_config, adapters={"sql": folder})
+    try:
+        client = s.client()
+        listed = {m.id: m for m in client.models.list().data}
+        assert set(listed) == {MODEL, "sql"}
+        assert (listed["sql"].parent, listed["sql"].root) == (MODEL, folder)
+        answers = {}
+        for model in (MODEL, "sql"):
+            r = client.completions.create(
+                model=model, prompt="hello there", max_tokens=8, **greedy()
+            )
+            answers[model] = r.choices[0].text
+            assert r.model == model
+        # The adapter's answer is the offline engine's with that adapter, not the base's.
+        offline = LLM(
+            nnlib.Transformer(tiny_lm_config, rngs=nnx.Rngs(0)),
+            TOKENIZER,
+            adapters={"sql": folder},
+            max_num_seqs=8,
+            max_num_batched_tokens=64,
+        )
+        params = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+        [expected] = offline.generate(["hello there"], params, adapter="sql")
+        assert expected.outputs[0].text == answers["sql"] != answers[MODEL]
+        with pytest.raises(openai.NotFoundError, match="use one of 'tiny', 'sql'"):
+            client.completions.create(model="other", prompt="hi", max_tokens=1)
+    finally:
+        s.close()

@@ -91,12 +91,20 @@ class AsyncEngine:
 
     # ----------------------------------------------------------------- asyncio side
     def submit(
-        self, prompt_token_ids: list[int], params: SamplingParams, queue: asyncio.Queue, tag: int
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        queue: asyncio.Queue,
+        tag: int,
+        *,
+        adapter: str | None = None,
     ) -> str:
-        """Queue a prompt; its Deltas will arrive on `queue`. Returns the request id."""
+        """Queue a prompt (with a LoRA adapter's name, or None for the base model); its Deltas
+        will arrive on `queue`. Returns the request id."""
         if not self.alive:
             raise ServerBusyError("the engine has stopped; see the server log")
         self.engine.check_request(prompt_token_ids, params)
+        self.engine.adapter_number(adapter)
         if self.queue_length() >= self.max_waiting:
             raise QueueFullError(
                 f"{self.queue_length()} requests are already waiting (limit {self.max_waiting}); "
@@ -106,7 +114,7 @@ class AsyncEngine:
         self._routes[request_id] = _Route(
             asyncio.get_running_loop(), queue, tag, params.n, params.n
         )
-        self._post(("add", request_id, prompt_token_ids, params))
+        self._post(("add", request_id, prompt_token_ids, params, adapter))
         return request_id
 
     def abort(self, request_id: str) -> None:
@@ -148,11 +156,11 @@ class AsyncEngine:
             for i in range(route.n if route else 0):
                 self._last_token.pop(f"{request_id}-{i}", None)
             return
-        _, request_id, prompt_token_ids, params = command
+        _, request_id, prompt_token_ids, params, adapter = command
         if request_id not in self._routes:
             return  # aborted before it was added
         try:
-            self.engine.add_request(prompt_token_ids, params, request_id)
+            self.engine.add_request(prompt_token_ids, params, request_id, adapter=adapter)
         except Exception as e:
             self._fail(request_id, e)
 

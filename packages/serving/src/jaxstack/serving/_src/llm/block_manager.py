@@ -5,7 +5,8 @@ that padding rows write into and no sequence owns). A sequence owns a list of bl
 block table, that grows as its tokens are computed.
 
 Prefix caching: once a block is full, it is keyed by a hash of its tokens and of the block
-before it (so a key names the whole prefix, not just 16 tokens). A new sequence whose prompt
+before it (so a key names the whole prefix, not just 16 tokens), the first block's by the
+sequence's LoRA adapter. A new sequence whose prompt
 starts with cached blocks takes them instead of recomputing them; each block counts its
 owners. A block nobody owns goes to the back of the free list but keeps its key, so it can
 still be hit until it is reused: allocation takes from the front, which evicts the least
@@ -22,7 +23,7 @@ from jaxstack.serving._src.llm.sequence import Sequence
 NULL_BLOCK = 0
 
 
-def block_hash(parent: int | None, tokens: Seq[int]) -> int:
+def block_hash(parent: int | tuple | None, tokens: Seq[int]) -> int:
     return hash((parent, tuple(tokens)))
 
 
@@ -56,7 +57,10 @@ class BlockManager:
         """Extend `seq.block_hashes` over its full blocks of known tokens."""
         tokens, bs = seq.token_ids, self.block_size
         for j in range(len(seq.block_hashes), len(tokens) // bs):
-            parent = seq.block_hashes[-1] if seq.block_hashes else None
+            # The first block's parent is the adapter: the same tokens under another adapter
+            # have other keys and values, so they never share cached blocks.
+            first = ("lora", seq.adapter) if seq.adapter else None
+            parent = seq.block_hashes[-1] if seq.block_hashes else first
             seq.block_hashes.append(block_hash(parent, tokens[j * bs : (j + 1) * bs]))
 
     def take_cached_prefix(self, seq: Sequence) -> int:

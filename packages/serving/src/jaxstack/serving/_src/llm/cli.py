@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import uvicorn
 
 from jaxstack import xprof_lite
-from jaxstack.serving._src.errors import Error
+from jaxstack.serving._src.errors import ConfigError, Error
 from jaxstack.serving._src.http_server import DrainingServer
 
 
@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
         help="a Jinja chat template for /v1/chat/completions instead of the model's own "
         "(chat_template.jinja or tokenizer_config.json); needed by an HF model without one",
     )
+    p.add_argument(
+        "--lora-modules",
+        nargs="+",
+        type=lora_module,
+        default=[],
+        metavar="NAME=PATH",
+        help="LoRA adapters (PEFT folders) served over the model, each chosen by a request "
+        "whose 'model' is its NAME; not merged into the model",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument(
         "--host-allocator",
@@ -87,6 +96,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--log-level", default="info")
     return p
+
+
+def lora_module(text: str) -> tuple[str, str]:
+    """NAME=PATH of --lora-modules."""
+    name, sep, path = text.partition("=")
+    if not (sep and name and path):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NAME=PATH (e.g. --lora-modules sql=runs/sql-lora/adapter)"
+        )
+    return name, path
 
 
 def kv_cache_bytes(args: argparse.Namespace) -> int:
@@ -119,8 +138,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_logprobs=args.max_logprobs,
             seed=args.seed,
         )
+        served_name = args.served_model_name or loaded.name
+        adapters = dict(args.lora_modules)
+        if len(adapters) != len(args.lora_modules) or served_name in adapters:
+            raise ConfigError(
+                f"--lora-modules names must differ from each other and from the served model "
+                f"{served_name!r}"
+            )
         engine = LLMEngine(
-            loaded.model, loaded.tokenizer, config, eos_token_ids=loaded.eos_token_ids
+            loaded.model,
+            loaded.tokenizer,
+            config,
+            eos_token_ids=loaded.eos_token_ids,
+            adapters=adapters,
         )
     except Error as e:
         print(f"jaxstack-serve: {e}", file=sys.stderr)
@@ -130,7 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         engine.runner.warmup()
     app = create_llm_app(
         AsyncEngine(engine, max_waiting=args.max_waiting_requests),
-        model_name=args.served_model_name or loaded.name,
+        model_name=served_name,
         tokenizer=loaded.tokenizer,
         chat_template=loaded.chat_template,
         api_key=args.api_key,

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import jax.numpy as jnp
@@ -28,6 +29,7 @@ from jaxstack.serving._src.errors import ConfigError, InvalidFieldError, Invalid
 from jaxstack.serving._src.llm.block_manager import BlockManager
 from jaxstack.serving._src.llm.detokenizer import Detokenizer
 from jaxstack.serving._src.llm.guided import GuidedDecoder
+from jaxstack.serving._src.llm.lora import attach_adapters
 from jaxstack.serving._src.llm.model_runner import ModelRunner, StepResult
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch, Scheduler
@@ -99,6 +101,9 @@ class LLMEngine:
       eos_token_ids: tokens that end a sequence besides the tokenizer's eos, such as a chat
         model's end-of-turn (generation_config.json's `eos_token_id`, as transformers and
         vLLM stop on it).
+      adapters: LoRA adapters to serve over the model, name -> PEFT folder
+        (adapter_config.json + adapter_model.safetensors); a request picks one by name
+        (`add_request(..., adapter=name)`). They are attached to `model` (not merged).
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class LLMEngine:
         config: EngineConfig = EngineConfig(),
         *,
         eos_token_ids: Iterable[int] = (),
+        adapters: Mapping[str, str | os.PathLike] | None = None,
     ):
         eos = getattr(tokenizer, "eos_id", None)
         self.eos_token_ids = frozenset(eos_token_ids) | ({eos} if eos is not None else set())
@@ -135,6 +141,8 @@ class LLMEngine:
                 f"{c.max_num_seqs} (every running sequence needs a token per step)"
             )
         self.config = dataclasses.replace(c, max_model_len=max_model_len, num_blocks=num_blocks)
+        self.adapters = {name: str(folder) for name, folder in (adapters or {}).items()}
+        self.adapter_names = attach_adapters(model, self.adapters)
         self.model_config = model.config
         self.tokenizer = tokenizer
         self.blocks = BlockManager(
@@ -194,11 +202,27 @@ class LLMEngine:
                 )
         return max_tokens
 
+    def adapter_number(self, adapter: str | None) -> int:
+        """The number of a served LoRA adapter (0 for None, the base model)."""
+        if adapter is None:
+            return 0
+        if adapter not in self.adapter_names:
+            served = ", ".join(self.adapter_names) or "none"
+            raise InvalidInputError(f"no LoRA adapter {adapter!r} is served (served: {served})")
+        return self.adapter_names.index(adapter) + 1
+
     def add_request(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        *,
+        adapter: str | None = None,
     ) -> list[Sequence]:
-        """Queue a prompt; returns its n sequences (index 0..n-1)."""
+        """Queue a prompt; returns its n sequences (index 0..n-1). `adapter` names the LoRA
+        adapter to run it with (None: the base model)."""
         max_tokens = self.check_request(prompt_token_ids, params)
+        number = self.adapter_number(adapter)
         request_id = request_id or str(next(self._ids))
         if request_id in self.sequences:
             raise InvalidInputError(f"request id {request_id!r} is already running")
@@ -221,6 +245,7 @@ class LLMEngine:
                 max_tokens=max_tokens,
                 eos_token_ids=self.eos_token_ids,
                 detokenizer=detok,
+                adapter=number,
             )
             if params.structured_output is not None:
                 vocab = self.model_config.vocab_size

@@ -7,6 +7,7 @@ use it as it is, swapping in new policy weights with `update_weights` between ro
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from collections.abc import Sequence as Seq
 from typing import Any
 
@@ -28,6 +29,8 @@ class LLM:
       tokenizer: a datalib tokenizer; for paths it is found next to the weights (tokenizer.json,
         or the run's configured tokenizer). Without one, prompts must be token ids and
         outputs have no text.
+      adapters: LoRA adapters served over the model, name -> PEFT folder; `generate(...,
+        adapter=name)` runs prompts with one.
       **engine_options: fields of `EngineConfig` (max_num_seqs, max_num_batched_tokens,
         block_size, num_blocks, kv_cache_memory_bytes, max_model_len, enable_prefix_caching,
         max_logprobs, seed).
@@ -39,7 +42,12 @@ class LLM:
     """
 
     def __init__(
-        self, model: str | os.PathLike | nnx.Module, tokenizer: Any = None, **engine_options
+        self,
+        model: str | os.PathLike | nnx.Module,
+        tokenizer: Any = None,
+        *,
+        adapters: Mapping[str, str | os.PathLike] | None = None,
+        **engine_options,
     ):
         eos_token_ids = ()
         if isinstance(model, str | os.PathLike):
@@ -51,14 +59,19 @@ class LLM:
             self.chat_template = None
         self.tokenizer = tokenizer
         config = EngineConfig(**engine_options)
-        self.engine = LLMEngine(model, tokenizer, config, eos_token_ids=eos_token_ids)
+        self.engine = LLMEngine(
+            model, tokenizer, config, eos_token_ids=eos_token_ids, adapters=adapters
+        )
 
     def generate(
         self,
         prompts: str | Seq[str] | Seq[Seq[int]],
         sampling_params: SamplingParams | Seq[SamplingParams] | None = None,
+        *,
+        adapter: str | None = None,
     ) -> list[RequestOutput]:
-        """Complete every prompt; outputs come back in the order of `prompts`."""
+        """Complete every prompt (with the named LoRA adapter, or the base model); outputs
+        come back in the order of `prompts`."""
         if isinstance(prompts, str):
             prompts = [prompts]
         params = sampling_params or SamplingParams()
@@ -70,7 +83,7 @@ class LLM:
         requests = []
         for prompt, p in zip(prompts, params, strict=True):
             text, ids = self._token_ids(prompt)
-            requests.append((text, ids, self.engine.add_request(ids, p)))
+            requests.append((text, ids, self.engine.add_request(ids, p, adapter=adapter)))
         while self.engine.has_unfinished():
             self.engine.step()
         failed = [q for *_, seqs in requests for q in seqs if q.error is not None]

@@ -21,6 +21,7 @@ from flax import nnx
 from jaxstack.serving._src.errors import InvalidInputError
 from jaxstack.serving._src.llm import sampler
 from jaxstack.serving._src.llm.block_manager import NULL_BLOCK
+from jaxstack.serving._src.llm.lora import set_adapter_rows
 from jaxstack.serving._src.llm.paged_cache import PagedKVCache
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
 
@@ -52,6 +53,7 @@ class StepInputs(NamedTuple):
     num_seqs: jax.Array  # []
     logits_indices: jax.Array  # [S] row of each sequence's last new token
     next_tokens: jax.Array  # [T] the token after each row (prompt log-probabilities)
+    adapter_rows: jax.Array  # [T] each row's LoRA adapter (0: the base model)
 
 
 class PromptScores(NamedTuple):
@@ -103,6 +105,7 @@ def _forward(
     global _traces
     _traces += 1  # runs only while tracing
     model = nnx.merge(graphdef, state, copy=True)
+    set_adapter_rows(model, x.adapter_rows)
     cache = PagedKVCache(
         k,
         v,
@@ -199,6 +202,7 @@ class ModelRunner:
             x.tokens[row : row + n] = tokens[start : start + n]
             x.positions[row : row + n] = pos
             x.segment_ids[row : row + n] = 1
+            x.adapter_rows[row : row + n] = seq.adapter
             x.slot_mapping[row : row + n] = (
                 blocks[pos // self.block_size] * self.block_size + pos % self.block_size
             )
@@ -242,6 +246,7 @@ class ModelRunner:
             i32(s + 1),
             i32(),
             i32(s),
+            i32(t),
             i32(t),
         )
 

@@ -252,6 +252,8 @@ def create_llm_app(
     Args:
       chat_template: a datalib ChatTemplate; without one, chat requests are refused (400).
       max_n: the largest `n` a request may ask for.
+
+    A request's `model` is the served model's name or one of the engine's LoRA adapters'.
     """
 
     @contextlib.asynccontextmanager
@@ -262,6 +264,7 @@ def create_llm_app(
 
     app = FastAPI(title="jaxstack LLM server", docs_url=None, redoc_url=None, lifespan=lifespan)
     max_model_len = engine.engine.config.max_model_len
+    adapters = engine.engine.adapters  # LoRA adapter name -> its folder
     max_logprobs = engine.engine.config.max_logprobs
     created = int(time.time())
 
@@ -282,9 +285,10 @@ def create_llm_app(
 
     async def parse[R: BaseModel](request: Request, kind: type[R]) -> R:
         body = protocol.parse(kind, await read_body(request, max_request_bytes))
-        if body.model is not None and body.model != model_name:
+        if body.model is not None and body.model not in (model_name, *adapters):
+            served = ", ".join(repr(m) for m in (model_name, *adapters))
             raise UnknownModelError(
-                f"the model {body.model!r} is not served here; use {model_name!r}"
+                f"the model {body.model!r} is not served here; use one of {served}"
             )
         for name in ("n", "best_of"):
             value = getattr(body, name, None)
@@ -348,12 +352,16 @@ def create_llm_app(
                 "(--max-logprobs)"
             )  # fmt: skip
 
-    async def run(prompts: list[list[int]], params) -> tuple[asyncio.Queue, list[str]]:
+    async def run(
+        prompts: list[list[int]], params, model: str | None
+    ) -> tuple[asyncio.Queue, list[str]]:
+        """Submit the prompts, with the LoRA adapter the request's `model` names, if any."""
+        adapter = model if model in adapters else None
         queue: asyncio.Queue = asyncio.Queue()
         ids = []
         try:
             for tag, ids_ in enumerate(prompts):
-                ids.append(engine.submit(ids_, params, queue, tag))
+                ids.append(engine.submit(ids_, params, queue, tag, adapter=adapter))
         except Exception:
             for request_id in ids:
                 engine.abort(request_id)
@@ -442,12 +450,12 @@ def create_llm_app(
         builders = [
             _CompletionChoice(token_text, k=k, echo=echo(i // params.n)) for i in range(total)
         ]
-        queue, request_ids = await run(prompts, params)
+        queue, request_ids = await run(prompts, params, body.model)
         head = {
             "id": f"cmpl-{uuid.uuid4().hex}",
             "object": "text_completion",
             "created": int(time.time()),
-            "model": model_name,
+            "model": body.model or model_name,
         }
         prompt_tokens = sum(len(p) for p in prompts)
         if body.stream:
@@ -499,12 +507,12 @@ def create_llm_app(
         n = params.n
         builders = [_ChatChoice(token_text, k=k) for _ in range(n)]
         calls = [_ToolCalls(body.parallel_tool_calls) if tools else None for _ in range(n)]
-        queue, request_ids = await run([prompt], params)
+        queue, request_ids = await run([prompt], params, body.model)
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
             "created": int(time.time()),
-            "model": model_name,
+            "model": body.model or model_name,
         }
         if body.stream:
             head = {**head, "object": "chat.completion.chunk"}
@@ -563,7 +571,12 @@ def create_llm_app(
             "root": model_name,
             "max_model_len": max_model_len,
         }
-        return {"object": "list", "data": [card]}
+        cards = [card]
+        cards += [
+            card | {"id": name, "root": str(folder), "parent": model_name}
+            for name, folder in adapters.items()
+        ]
+        return {"object": "list", "data": cards}
 
     @app.post("/tokenize", dependencies=[Depends(authorized)])
     async def tokenize(request: Request) -> dict[str, Any]:

@@ -50,6 +50,7 @@ class Sequence:
         max_tokens: int,
         eos_token_ids: frozenset[int],
         detokenizer: Detokenizer | None,
+        adapter: int = 0,
     ):
         self.request_id = request_id
         self.index = index
@@ -60,6 +61,7 @@ class Sequence:
         self.max_tokens = max_tokens
         self.eos_token_ids = eos_token_ids  # the tokenizer's eos and the model's other end tokens
         self.detokenizer = detokenizer
+        self.adapter = adapter  # the LoRA adapter's number (0: the base model)
         self.output = CompletionOutput(index=index)
         if params.logprobs is not None:
             self.output.top_logprobs = []
