@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from pathlib import Path
 
 import jax
@@ -142,19 +143,20 @@ def start_server(repository: Path, max_batch_size: int, delay_ms: float) -> tupl
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     line = process.stdout.readline()
-    if "serving" not in line:
+    if "listening on" not in line:
         process.kill()
         raise RuntimeError(f"server did not start: {line!r}")
-    deadline = time.time() + 60
+    # The port opens before the models are loaded; /v2/health/ready answers 200 once they are.
+    deadline = time.time() + 300
     while True:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return process, port
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=5):
+                return process, port
         except OSError:
-            if time.time() > deadline:
+            if time.time() > deadline or process.poll() is not None:
                 process.kill()
-                raise
-            time.sleep(0.05)
+                raise RuntimeError("the model server was not ready within 300 s") from None
+            time.sleep(0.1)
 
 
 async def check_once(port: int, request: bytes, expected: np.ndarray) -> None:
@@ -317,6 +319,7 @@ def main() -> None:
         "in_process_jit_rows_per_s": reference,
     }
     out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     (out / "results.md").write_text(markdown(results))
     print(markdown(results))
