@@ -31,7 +31,9 @@ MODEL = "tiny"
 class Server:
     """An AsyncEngine + the OpenAI app under uvicorn on a free loopback port."""
 
-    def __init__(self, config, adapters=None, **engine_options):
+    def __init__(
+        self, config, adapters=None, chat_template=DEFAULT_CHAT_TEMPLATE, **engine_options
+    ):
         self.model = nnlib.Transformer(config, rngs=nnx.Rngs(0))
         config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64, **engine_options)
         engine = LLMEngine(self.model, TOKENIZER, config, adapters=adapters)
@@ -40,7 +42,7 @@ class Server:
             self.engine,
             model_name=MODEL,
             tokenizer=TOKENIZER,
-            chat_template=datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE),
+            chat_template=datalib.ChatTemplate(chat_template),
             api_key=KEY,
             max_request_bytes=4096,
         )
@@ -671,5 +673,28 @@ def test_a_request_naming_a_lora_adapter_runs_with_it(tiny_lm_config, tmp_path, 
         assert expected.outputs[0].text == answers["sql"] != answers[MODEL]
         with pytest.raises(openai.NotFoundError, match="use one of 'tiny', 'sql'"):
             client.completions.create(model="other", prompt="hi", max_tokens=1)
+    finally:
+        s.close()
+
+
+def test_documents_and_template_variables_reach_the_chat_template(tiny_lm_config):
+    template = (
+        "{% for d in documents %}[{{ d.title }}: {{ d.text }}]{% endfor %}"
+        "{% for m in messages %}{{ m.content }}{% endfor %}{% if shout %}!{% endif %}"
+    )
+    s = Server(tiny_lm_config, chat_template=template)
+    try:
+        body = {
+            "messages": [{"role": "user", "content": "hi"}],
+            "documents": [{"title": "a", "text": "b"}],
+            "chat_template_kwargs": {"shout": True},
+        }
+        status, answer = s.request("POST", "/tokenize", body)
+        assert status == 200 and TOKENIZER.decode(answer["tokens"]) == "[a: b]hi!"
+        status, answer = s.request(
+            "POST", "/tokenize", {**body, "chat_template_kwargs": {"messages": []}}
+        )
+        assert status == 400 and answer["error"]["param"] == "chat_template_kwargs"
+        assert "sets messages, which the request's own fields set" in answer["error"]["message"]
     finally:
         s.close()

@@ -309,7 +309,8 @@ def create_llm_app(
     def render_chat(
         messages: list[protocol.ChatMessage],
         add_generation_prompt: bool,
-        tools: list[protocol.Tool] | None = None,
+        tools: list[protocol.Tool] | None,
+        body: protocol.ChatCompletionRequest | protocol.TokenizeRequest,
     ):
         if chat_template is None or tokenizer is None:
             raise InvalidFieldError(
@@ -327,6 +328,9 @@ def create_llm_app(
                     "one) or leave 'tools' out",
                 )
             extra["tools"] = [t.model_dump(exclude_none=True) for t in tools]
+        if body.documents is not None:
+            extra["documents"] = body.documents
+        extra |= body.chat_template_kwargs or {}
         try:
             text = chat_template.render(
                 [m.model_dump() for m in messages],
@@ -497,7 +501,7 @@ def create_llm_app(
     async def chat_completions(request: Request) -> Response:
         body = await parse(request, protocol.ChatCompletionRequest)
         tools = body.tools if body.offers_tools else None
-        prompt = render_chat(body.messages, body.add_generation_prompt, tools)
+        prompt = render_chat(body.messages, body.add_generation_prompt, tools, body)
         k = (body.top_logprobs or 0) if body.logprobs else None
         check_logprobs("top_logprobs", k)
         max_tokens = body.max_tokens if body.max_tokens is not None else body.max_completion_tokens
@@ -582,7 +586,7 @@ def create_llm_app(
     async def tokenize(request: Request) -> dict[str, Any]:
         body = await parse(request, protocol.TokenizeRequest)
         if body.messages is not None:
-            tokens = render_chat(body.messages, body.add_generation_prompt, body.tools)
+            tokens = render_chat(body.messages, body.add_generation_prompt, body.tools, body)
         else:
             tokens = encode(body.prompt, add_special_tokens=body.add_special_tokens)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}

@@ -316,7 +316,33 @@ class NamedToolChoice(BaseModel):
     function: _FunctionName
 
 
-class ChatCompletionRequest(_SamplingRequest):
+# Template variables a request may not set through chat_template_kwargs: the ones the server
+# passes itself.
+_TEMPLATE_OWN = frozenset({"messages", "add_generation_prompt", "tools", "documents"})
+
+
+def _template_kwargs(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ValueError("must be an object of template variables")
+    if taken := sorted(_TEMPLATE_OWN & set(value)):
+        raise ValueError(f"sets {', '.join(taken)}, which the request's own fields set")
+    return value
+
+
+TemplateKwargs = Annotated[dict[str, Any], PlainValidator(_template_kwargs)]
+Documents = list[dict[Text, Text]]
+
+
+class _ChatTemplateFields(BaseModel):
+    """What a chat request adds to the template's variables (vLLM's extensions): documents for
+    retrieval-augmented templates, and any other variable the template reads."""
+
+    model_config = _STRICT
+    documents: Documents | None = None
+    chat_template_kwargs: TemplateKwargs | None = None
+
+
+class ChatCompletionRequest(_SamplingRequest, _ChatTemplateFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=0)
     max_completion_tokens: int | None = Field(None, ge=0)
@@ -384,7 +410,7 @@ class ChatCompletionRequest(_SamplingRequest):
         return bool(self.tools) and self.tool_choice != "none"
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(_ChatTemplateFields):
     """vLLM's /tokenize: a prompt, or chat messages rendered through the chat template."""
 
     model_config = _STRICT
