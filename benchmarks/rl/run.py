@@ -91,11 +91,25 @@ def recipe(out_dir: str | None) -> dict:
         "accuracy_by_operation",
         "sft_s",
         "grpo_s",
+        "phases_s",
+        "wall_s",
         "curve",
     )
     result = {k: summary[k] for k in keep}
     result["settings"] = {"sft": summary["sft_config"], "grpo": summary["grpo_config"]}
     return result
+
+
+def _minutes(seconds: float | None) -> str:
+    return "not recorded" if seconds is None else f"{seconds / 60:.1f} min"
+
+
+def _time_spent(recipe: dict) -> str:
+    """The recipe's wall time by phase (runs before jaxstack-rl 0.5.1 kept only SFT and GRPO)."""
+    if "phases_s" not in recipe:
+        return f"SFT {recipe['sft_s']:.0f} s, GRPO {recipe['grpo_s']:.0f} s."
+    phases = ", ".join(f"{k} {v:.0f} s" for k, v in recipe["phases_s"].items())
+    return f"{recipe['wall_s'] / 60:.1f} min in all: {phases}."
 
 
 def markdown(results: dict) -> str:
@@ -132,17 +146,16 @@ def markdown(results: dict) -> str:
             f"({r['heldout_multiplications']} of them multiplications; difficulty "
             f"{r['difficulty']}). SFT stopped after {r['sft_steps']} steps, at the first "
             f"evaluation with >= {r['sft_target']:.0%} exact match on "
-            f"{r['num_validation_problems']} validation problems. SFT {r['sft_s']:.0f} s, "
-            f"GRPO {r['grpo_s']:.0f} s.",
+            f"{r['num_validation_problems']} validation problems. {_time_spent(r)}",
             "",
             f"Held-out exact match: **{r['accuracy_sft']:.1%} after SFT -> "
             f"{r['accuracy_grpo']:.1%} after GRPO ({r['gain_points']:+.1f} points)**.",
             "",
-            "| GRPO iteration | held-out accuracy | additions | multiplications |",
-            "|---|---|---|---|",
+            "| GRPO iteration | wall time | held-out accuracy | additions | multiplications |",
+            "|---|---|---|---|---|",
             *(
-                f"| {p['iteration']} | {p['accuracy']:.1%} | {p['addition']:.1%} | "
-                f"{p['multiplication']:.1%} |"
+                f"| {p['iteration']} | {_minutes(p.get('elapsed_s'))} | {p['accuracy']:.1%} | "
+                f"{p['addition']:.1%} | {p['multiplication']:.1%} |"
                 for p in r["curve"]
             ),
             "",

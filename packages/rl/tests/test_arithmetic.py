@@ -1,4 +1,7 @@
-"""The built-in arithmetic task: problems, answers and the rewards GRPO learns from."""
+"""The built-in arithmetic task: problems, answers, the rewards GRPO learns from, and the recipe's
+report."""
+
+import json
 
 import numpy as np
 import pytest
@@ -67,3 +70,34 @@ def test_zero_advantage_share_counts_groups_without_spread():
     assert zero_advantage_share(rewards, valid, 4) == pytest.approx(1 / 3)
     # groups of 2 with every reward valid: [1 1] [1 0] [0 0] [2 2] [5 0] [0 0]
     assert zero_advantage_share(rewards, np.ones_like(valid), 2) == pytest.approx(4 / 6)
+
+
+def test_the_recipe_reports_its_curve_in_wall_time_and_where_the_time_went(tmp_path):
+    small = [
+        "train.steps=2",
+        "eval.every=1",
+        "data.batch_size=8",
+        "checkpoint.every=2",
+        "optim.schedule.warmup_steps=0",
+    ]
+    summary = rl.run_arithmetic(
+        tmp_path,
+        sft_overrides=small,
+        grpo_overrides=small,
+        num_train=40,
+        num_eval=16,
+        num_validation=8,
+        sft_target=2.0,  # never reached: SFT runs its 2 steps
+        log=lambda _: None,
+    )
+    assert [p["iteration"] for p in summary["curve"]] == [0, 1, 2]
+    elapsed = [p["elapsed_s"] for p in summary["curve"]]
+    assert 0 < elapsed[0] < elapsed[1] < elapsed[2] < summary["wall_s"]
+    phases = summary["phases_s"]
+    assert set(phases) == {"sft", "rollouts", "updates", "evaluation", "other"}
+    # "other" too: no second is counted in two phases
+    assert all(seconds > 0 for seconds in phases.values()), phases
+    # SFT's step time holds its two validations: they count as evaluation, not as SFT
+    assert phases["sft"] < summary["sft_s"]
+    saved = json.loads((tmp_path / "recipe.json").read_text())
+    assert saved["phases_s"] == phases

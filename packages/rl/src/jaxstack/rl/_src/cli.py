@@ -107,7 +107,8 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         print(
             f"arithmetic: exact-match accuracy {summary['accuracy_sft']:.1%} after SFT -> "
             f"{summary['accuracy_grpo']:.1%} after GRPO ({summary['gain_points']:+.1f} points, "
-            f"{summary['num_heldout_problems']} held-out problems); {args.run_dir}/recipe.json"
+            f"{summary['num_heldout_problems']} held-out problems) in "
+            f"{summary['wall_s'] / 60:.1f} min; {args.run_dir}/recipe.json"
         )
         return 0
     overrides = list(args.overrides)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import pathlib
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from jaxstack.rl._src import arithmetic
@@ -63,13 +64,55 @@ def _describe(acc: dict[str, float]) -> str:
     return f"{acc['all']:.1%} ({parts})"
 
 
-def _training_seconds(run_dir: pathlib.Path) -> float:
-    """Seconds spent in a run's steps (compiles included, evaluations too for GRPO), summed
-    over its metrics so that a resumed stage still counts the time of its first attempt."""
+def _summed_metrics(run_dir: pathlib.Path, *names: str) -> dict[str, float]:
+    """`names` summed over a run's steps (compiles included), read back from its metrics so
+    that a resumed stage still counts the time of its first attempt."""
     from jaxstack.trainer import read_jsonl
 
     steps = {r["step"]: r for r in read_jsonl(run_dir / "metrics.jsonl") if r["kind"] == "train"}
-    return sum(r["step_time_s"] for r in steps.values())
+    return {name: sum(r.get(name, 0.0) for r in steps.values()) for name in names}
+
+
+class _Clock:
+    """Wall time since the recipe started, and the seconds spent in each named phase."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def timed(self, phase: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """`fn`, adding the time of each call to `phase`."""
+
+        def call(*args: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - t
+
+        return call
+
+
+def _phases(clock: _Clock, sft_s: float, grpo: dict[str, float]) -> dict[str, float]:
+    """Where the recipe's wall time went: SFT's steps, GRPO's rollouts (weight hand-off and
+    sampling) and updates, the evaluations (SFT's validation and every held-out accuracy), and
+    the rest (problem generation, start-up, reward scoring, checkpoints, exports). Step times
+    include the evaluations run inside a step, so those are taken out of "sft" and counted once.
+    A resumed recipe counts its earlier attempt's steps too, and "other" can then go negative."""
+    evaluation = clock.phases.get("sft_validation", 0.0) + clock.phases.get(
+        "heldout_evaluation", 0.0
+    )
+    phases = {
+        "sft": sft_s - clock.phases.get("sft_validation", 0.0),
+        "rollouts": grpo["rollout_s"],
+        "updates": grpo["update_s"],
+        "evaluation": evaluation,
+    }
+    phases["other"] = clock.elapsed() - sum(phases.values())
+    return phases
 
 
 def run_arithmetic(
@@ -94,6 +137,7 @@ def run_arithmetic(
     step count can land on either side of that jump, a target lands within it, where some
     samples are right for most problems and GRPO has something to reinforce.
     """
+    clock = _Clock()
     out = pathlib.Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     train, held_out = arithmetic.split(
@@ -127,26 +171,30 @@ def run_arithmetic(
 
     sft_result = sft(
         sft_config,
-        evaluate=validate,
+        evaluate=clock.timed("sft_validation", validate),
         stop=lambda _, metrics: metrics.get("validation_accuracy", 0.0) >= sft_target,
         max_new_tokens=max_new,
     )
-    sft_s = _training_seconds(out / "sft")
-    before = evaluate_model(out / "sft" / "model", held_out, max_new)
+    sft_s = _summed_metrics(out / "sft", "step_time_s")["step_time_s"]
+    held_out_accuracy = clock.timed("heldout_evaluation", evaluate_model)
+    before = held_out_accuracy(out / "sft" / "model", held_out, max_new)
     log(f"held-out exact-match accuracy after SFT: {_describe(before)} ({len(held_out)} problems)")
 
-    curve = [{"iteration": 0, **_curve_point(before)}]
+    curve = [{"iteration": 0, "elapsed_s": clock.elapsed(), **_curve_point(before)}]
 
     def evaluate(iteration: int, generate) -> dict[str, float]:
         acc = accuracy(held_out, generate(held_out))
-        curve.append({"iteration": iteration, **_curve_point(acc)})
-        log(f"iteration {iteration}: held-out accuracy {_describe(acc)}")
+        curve.append({"iteration": iteration, "elapsed_s": clock.elapsed(), **_curve_point(acc)})
+        log(f"iteration {iteration}: held-out accuracy {_describe(acc)} ({clock.elapsed():.0f} s)")
         return {"heldout_accuracy": acc["all"]}
 
-    result = grpo(grpo_config, evaluate=evaluate)
-    grpo_s = _training_seconds(out / "grpo")
-    after = evaluate_model(out / "grpo" / "model", held_out, max_new)
+    result = grpo(grpo_config, evaluate=clock.timed("heldout_evaluation", evaluate))
+    grpo_times = _summed_metrics(out / "grpo", "step_time_s", "rollout_s", "update_s")
+    after = held_out_accuracy(out / "grpo" / "model", held_out, max_new)
     log(f"held-out exact-match accuracy after GRPO: {_describe(after)} (SFT: {_describe(before)})")
+    phases = _phases(clock, sft_s, grpo_times)
+    spent = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in phases.items())
+    log(f"{clock.elapsed():.0f} s in all: {spent}")
     summary = {
         "num_train_problems": len(train),
         "num_heldout_problems": len(held_out),
@@ -160,7 +208,9 @@ def run_arithmetic(
         "gain_points": 100 * (after["all"] - before["all"]),
         "accuracy_by_operation": {"sft": before, "grpo": after},
         "sft_s": sft_s,
-        "grpo_s": grpo_s,
+        "grpo_s": grpo_times["step_time_s"],
+        "phases_s": phases,
+        "wall_s": clock.elapsed(),
         "grpo_iterations": result.step,
         "curve": curve,
         "sft_config": sft_config.to_dict(),
