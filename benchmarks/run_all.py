@@ -242,7 +242,7 @@ def quant_rows(r: dict) -> list[Row]:
             rows += [
                 Row(f"{model}: {fmt} decode step at batch 1, ms", d[fmt], "float32 weights",
                     d["float32"], "ms", False),
-                Row(f"{model}: {fmt} weight bytes", float_rows[fmt]["bytes"]["total"],
+                Row(f"{model}: {fmt} model weight bytes", float_rows[fmt]["bytes"]["total"],
                     "float32 weights", float_rows["float32"]["bytes"]["total"], "bytes", False),
             ]  # fmt: skip
         for fmt in ("int8", "w8a8", "int4", "nf4"):
@@ -395,14 +395,15 @@ def figure_cell(values: list[Figure]) -> str:
     """Median [min, max] of a figure over the rounds (one value: as it is), with its noise."""
     numbers = [f.value for f in values]
     unit = values[0].unit
-    text = f"{statistics.median(numbers):.3g} {unit}"
+    noise = [f.noise for f in values if f.noise is not None]
+    number = "{:+.3g}" if noise else "{:.3g}"  # a change, with its sign
+    text = f"{number.format(statistics.median(numbers))} {unit}"
     if len(numbers) > 1:
-        text += f" [{min(numbers):.3g}, {max(numbers):.3g}]"
+        text += f" [{number.format(min(numbers))}, {number.format(max(numbers))}]"
     else:
         text += " (1 round)"
-    noise = [f.noise for f in values if f.noise is not None]
     if noise:
-        text += f", ± {max(noise):.2g} (2 SE)"
+        text += f", ± {max(noise):.2g} {unit} (2 SE)"
         if all(abs(f.value) <= (f.noise or 0) for f in values):
             text += ": within noise"
     return text.replace(" %", "%")
