@@ -622,7 +622,8 @@ def section(benchmark: Benchmark) -> list[str]:
             lines.append(
                 f"| {key[0]} | {key[1]} | {' | '.join(shown)} | {settings_cell(settings[key])} |"
             )
-        lines.append("")
+        if table:
+            lines.append("")
         lines += figures_table(benchmark, by_kind)
         if picture := plot(benchmark.name, table, kinds):
             lines += [f"![{benchmark.name} ratios]({picture})", ""]

@@ -1,6 +1,6 @@
 """mkdocs hook: one API reference page per package, generated from the package's `__all__`, and
-the benchmark results (RESULTS.md, each benchmark's results files and plots) published under
-`benchmarks/` so that the docs link every number to the file it comes from. A guide's link to a
+the benchmark results (RESULTS.md, each benchmark's results files and plots, the rounds
+RESULTS.md summarises, the archived runs) published under `benchmarks/` so that the docs link every number to the file it comes from. A guide's link to a
 benchmark as the repository lays it out (`../benchmarks/quant` from docs/) is pointed at the
 published page, so the same Markdown reads right on a forge and in the site.
 
@@ -22,8 +22,12 @@ from mkdocs.structure.files import File
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workspace import ROOT, all_packages
 
+# RESULTS.md links every round it summarises (`<benchmark>/runs/<machine kind>/round-<n>/`), and
+# the benchmarks' READMEs link their archived one-off runs: both are published with the rest.
 PUBLISHED_RESULTS = ("RESULTS.md", "*/results*.md", "*/results*.json", "*/quick/results.*",
-                     "*/*.md", "*/*.png", "plots/*.png")  # fmt: skip
+                     "*/*.md", "*/*.png", "plots/*.png", "*/runs/*/round-*/results*.md",
+                     "*/runs/*/round-*/results*.json", "*/archive/**/*.md",
+                     "*/archive/**/*.json")  # fmt: skip
 
 
 def defining_path(package, name: str) -> str:
@@ -75,7 +79,14 @@ def on_files(files, config):
             )
         )
     benchmarks = ROOT / "benchmarks"
-    published = sorted({path for pattern in PUBLISHED_RESULTS for path in benchmarks.glob(pattern)})
+    published = sorted(
+        {
+            path
+            for pattern in PUBLISHED_RESULTS
+            for path in benchmarks.glob(pattern)
+            if not any(part.endswith(".partial") for part in path.parts)  # an unfinished sitting
+        }
+    )
     for path in published:
         uri = path.relative_to(ROOT).as_posix()
         if files.get_file_from_path(uri) is None:
