@@ -1,7 +1,8 @@
 """mkdocs hook: one API reference page per package, generated from the package's `__all__`, and
 the benchmark results (RESULTS.md, each benchmark's results files and plots, the rounds
-RESULTS.md summarises, the archived runs) published under `benchmarks/` so that the docs link every number to the file it comes from. A guide's link to a
-benchmark as the repository lays it out (`../benchmarks/quant` from docs/) is pointed at the
+RESULTS.md summarises, the archived runs) published under `benchmarks/` so that the docs link
+every number to the file it comes from. A guide's link to a benchmark as the repository lays it
+out (`../benchmarks/quant` from docs/) is pointed at the
 published page, so the same Markdown reads right on a forge and in the site.
 
 Each public name is documented from the module that defines it (mkdocstrings reads the source
