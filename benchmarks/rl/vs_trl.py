@@ -111,7 +111,14 @@ def main() -> None:
         p.error("--steps must be >= 10 and --warmup in [1, steps)")
     from jaxstack import rl
 
-    results = {"settings": {**SETTINGS, "max_length": MAX_LENGTH, "steps": args.steps}}
+    results = {
+        "settings": {
+            **SETTINGS,
+            "max_length": MAX_LENGTH,
+            "steps": args.steps,
+            "warmup": args.warmup,
+        }
+    }
     with tempfile.TemporaryDirectory() as tmp, measure_conditions(PACKAGES) as conditions:
         tmp = pathlib.Path(tmp)
         start = rl.load_config(
