@@ -171,7 +171,7 @@ def markdown(results: dict) -> str:
             f"One HF folder (tiny-sft's model, d_model 64 x 2 layers, byte-level), the tiny-dpo / "
             f"tiny-sft records, batch {s['batch_size']}, lr {s['learning_rate']} constant, fp32, "
             f"no clipping, no packing, DPO reference live; medians over each side's steps "
-            f"after the first 5. TRL {peers.get('trl', '?')}, transformers "
+            f"after the first {s.get('warmup', 5)}. TRL {peers.get('trl', '?')}, transformers "
             f"{peers.get('transformers', '?')}, torch {peers.get('torch', '?')}.",
             "",
             "| algorithm | steps a side | jaxstack steps/s | TRL steps/s | jaxstack / TRL |",
