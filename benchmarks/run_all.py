@@ -13,8 +13,10 @@ of them succeeded, so an interrupted one loses nothing. Quick runs write into `<
 
 RESULTS.md has, per benchmark, the headline comparisons with the peer and one column per machine
 kind measured: the median over the rounds of jaxstack's per-round advantage and its [min, max].
-A range that includes 1.0 reads "parity": the rounds do not show either side ahead. Under the
-table come each kind's run conditions as the scripts measured them.
+A range that includes 1.0 reads "parity": the rounds do not show either side ahead (nor does a
+ratio inside the noise band a script measures itself). Values without a peer (start-up seconds,
+an accuracy gain) get a second table, median [min, max] over the rounds. Under the tables come
+each kind's run conditions as the scripts measured them.
 """
 
 from __future__ import annotations
@@ -655,7 +657,9 @@ def write_report() -> Path:
         "jaxstack's advantage over the peer on one machine kind: how many times better jaxstack "
         "is (higher throughput or lower time/memory; above 1 jaxstack is ahead), as the median "
         "over interleaved rounds with the [min, max] of the rounds. A range that includes 1.0 "
-        "reads *parity*: the rounds do not show either side ahead. Rows compare the same "
+        "reads *parity*: the rounds do not show either side ahead. A second table, where a "
+        "benchmark has one, gives values without a peer (median [min, max] over the rounds). "
+        "Rows compare the same "
         "settings unless the settings column says otherwise; every round links to its results "
         "file, which has the absolute numbers.",
         "",
