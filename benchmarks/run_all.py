@@ -588,15 +588,22 @@ def kind_conditions(kind: str, files: list[Path], own_rounds: bool) -> str:
     )
     if not measured:
         return f"- **{kind}**: conditions not recorded. Rounds: {links}."
-    during = ", ".join(f"{c['load_average_1min']['during_median']:.2f}" for c in measured)
+    if all(c.get("other_cpu_cores") for c in measured):
+        during = "cores other processes kept busy during each round: " + ", ".join(
+            f"{c['other_cpu_cores']['during']:.2f}" for c in measured
+        )
+    else:
+        during = "1-minute load during each round (median): " + ", ".join(
+            f"{c['load_average_1min']['during_median']:.2f}" for c in measured
+        )
     quiet = sum(not was_busy(c) for c in measured)
     if own_rounds:
         return (
             f"- **{kind}**, rounds inside one run: {conditions_markdown(measured[0])} Run: {links}."
         )
     return (
-        f"- **{kind}**, {len(files)} rounds: {conditions_markdown(measured[0])} 1-minute load "
-        f"during each round (median): {during}; quiet in {quiet} of {len(measured)} rounds. "
+        f"- **{kind}**, {len(files)} rounds: {conditions_markdown(measured[0])} {during}; "
+        f"quiet in {quiet} of {len(measured)} rounds. "
         f"Rounds: {links}."
     )
 
