@@ -31,6 +31,10 @@ HERE = pathlib.Path(__file__).parent
 PACKAGES = ["jax", "jaxlib", "flax", "jaxstack-rl"]
 SETTINGS = {"batch_size": 16, "learning_rate": 1e-3, "beta": 0.1}
 MAX_LENGTH = {"dpo": 48, "sft": 64, "grpo": 16}
+MODELS = {  # model.* overrides of the tiny-sft preset that makes the starting HF folder
+    "tiny": [],
+    "d256": ["model.d_model=256", "model.num_layers=4", "model.head_dim=64", "model.mlp_dim=768"],
+}
 GRPO = {"batch_size": 16, "group_size": 8, "max_new_tokens": 4, "kl_coef": 0.04}
 
 
@@ -98,6 +102,12 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=40, help="optimiser steps per side (>= 10)")
     p.add_argument("--warmup", type=int, default=5, help="first steps left out (>= 1)")
     p.add_argument(
+        "--model",
+        choices=sorted(MODELS),
+        default="tiny",
+        help="the model both sides train: tiny-sft's own (d_model 64 x 2 layers) or a larger one",
+    )
+    p.add_argument(
         "--algorithms", nargs="+", choices=["dpo", "sft", "grpo"], default=["dpo", "sft", "grpo"]
     )
     args = p.parse_args()
@@ -105,13 +115,19 @@ def main() -> None:
         p.error("--steps must be >= 10 and --warmup in [1, steps)")
     from jaxstack import rl
 
-    results = {"settings": {**SETTINGS, "max_length": MAX_LENGTH, "steps": args.steps}}
+    settings = {**SETTINGS, "max_length": MAX_LENGTH, "steps": args.steps}
+    results = {"settings": {**settings, "model": args.model, "model_overrides": MODELS[args.model]}}
     with tempfile.TemporaryDirectory() as tmp, measure_conditions(PACKAGES) as conditions:
         tmp = pathlib.Path(tmp)
         start = rl.load_config(
             "sft",
             "tiny-sft",
-            [f"log.run_dir={tmp / 'start'}", "train.steps=50", "log.tensorboard=false"],
+            [
+                f"log.run_dir={tmp / 'start'}",
+                "train.steps=50",
+                "log.tensorboard=false",
+                *MODELS[args.model],
+            ],
         )
         rl.sft(start)
         model = tmp / "start" / "model"
@@ -155,7 +171,7 @@ def main() -> None:
     for algorithm in args.algorithms:  # each algorithm keeps the conditions of its own run
         results[algorithm].update(conditions=results["conditions"], steps=args.steps)
     del results["conditions"]
-    path = HERE / "results-vs-trl.json"
+    path = HERE / ("results-vs-trl.json" if args.model == "tiny" else f"results-vs-trl-{args.model}.json")
     previous = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**previous, **results}, indent=2))
 
