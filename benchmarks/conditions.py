@@ -7,9 +7,12 @@ the same reading the trainer's allocator choice uses) and the versions of the
 libraries involved are read from the system. The CPU time the benchmark itself used (its
 threads and its finished child processes) is measured too, since the load average counts it:
 a benchmark keeping both cores busy on an idle machine shows a load of about 2, and only the
-load beyond its own is other work. The result goes into the results JSON as-is and into the
-Markdown table's header through `conditions_markdown`, so a reader can tell a quiet run from one
-on a shared machine.
+load beyond its own is other work. Where the kernel tells (Linux `/proc/stat`), the CPU time all
+processes used is read as well, for a second before the run and over it: the machine's busy
+cores minus the benchmark's own are the cores other work kept busy, without the load average's
+one-minute memory (in a `run_all.py` sitting that memory holds the previous benchmark). The
+result goes into the results JSON as-is and into the Markdown table's header through
+`conditions_markdown`, so a reader can tell a quiet run from one on a shared machine.
 
     import sys, pathlib; sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
     from conditions import measure_conditions, conditions_markdown
@@ -58,6 +61,8 @@ class RunConditions:
     load_after: float | None = None
     wall_s: float | None = None
     own_cpu_s: float | None = None
+    other_cores_before: float | None = None
+    machine_cpu_s: float | None = None
 
     def as_dict(self) -> dict:
         during = self.load_during or [self.load_before]
@@ -79,15 +84,33 @@ class RunConditions:
             "own_cpu_cores": self.own_cpu_s / self.wall_s
             if self.own_cpu_s and self.wall_s
             else None,
+            # Cores other processes kept busy, in the second before and during the run.
+            "other_cpu_cores": {
+                "before": self.other_cores_before,
+                "during": max(0.0, (self.machine_cpu_s - (self.own_cpu_s or 0.0)) / self.wall_s),
+            }
+            if self.machine_cpu_s is not None and self.wall_s
+            else None,
         }
 
 
 @contextlib.contextmanager
 def measure_conditions(
-    packages: list[str] | tuple[str, ...] = ("jax", "jaxlib"), sample_every_s: float = 5.0
+    packages: list[str] | tuple[str, ...] = ("jax", "jaxlib"),
+    sample_every_s: float = 5.0,
+    before_s: float = 1.0,
 ) -> Iterator[RunConditions]:
-    """Record the machine and sample the 1-minute load average around the `with` body."""
+    """Record the machine and sample the 1-minute load average around the `with` body, and
+    the CPU time other processes use in the `before_s` seconds before it and during it."""
     cpu = host_cpu()
+    busy_start, wait_start = _machine_cpu_seconds(), time.perf_counter()
+    time.sleep(before_s)
+    busy_end = _machine_cpu_seconds()
+    other_before = (
+        (busy_end - busy_start) / (time.perf_counter() - wait_start)
+        if busy_start is not None and busy_end is not None
+        else None
+    )
     conditions = RunConditions(
         started_utc=time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
         cpu_model=cpu.model,
@@ -96,6 +119,7 @@ def measure_conditions(
         python=platform.python_version(),
         versions=package_versions(list(packages)),
         load_before=os.getloadavg()[0],
+        other_cores_before=other_before,
     )
     stop = threading.Event()
 
@@ -104,7 +128,7 @@ def measure_conditions(
             conditions.load_during.append(os.getloadavg()[0])
 
     sampler = threading.Thread(target=sample, daemon=True)
-    start, cpu_start = time.perf_counter(), _cpu_seconds()
+    start, cpu_start, machine_start = time.perf_counter(), _cpu_seconds(), _machine_cpu_seconds()
     sampler.start()
     try:
         yield conditions
@@ -113,6 +137,9 @@ def measure_conditions(
         sampler.join()
         conditions.wall_s = time.perf_counter() - start
         conditions.own_cpu_s = _cpu_seconds() - cpu_start
+        machine_end = _machine_cpu_seconds()
+        if machine_start is not None and machine_end is not None:
+            conditions.machine_cpu_s = machine_end - machine_start
         conditions.load_after = os.getloadavg()[0]
 
 
@@ -120,6 +147,20 @@ def _cpu_seconds() -> float:
     """User + system CPU time of this process and of its children that have been waited for."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
+
+
+def _machine_cpu_seconds() -> float | None:
+    """CPU seconds every process on the machine has used (Linux `/proc/stat`: user, nice,
+    system, irq, softirq, steal), or None where there is no such file."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
@@ -136,13 +177,22 @@ def machine_kind(cpu_model: str, cpu_flags: list[str]) -> str:
 
 
 def was_busy(conditions: dict) -> bool:
-    """Whether other work loaded more than half the cores: before the run, or during it beyond
-    the load of the benchmark's own threads."""
+    """Whether other work kept more than half the cores busy, the benchmark's own work left out.
+
+    Measured CPU time of other processes (before and during the run) decides where recorded.
+    Otherwise the load average during the run less the benchmark's own cores; the load before
+    the run is not used then, since in a sitting of benchmarks it is mostly the previous
+    benchmark's (the load average forgets over minutes). Results older than the own-CPU
+    measure have only the load, and are busy when it was."""
+    half = 0.5 * conditions["cpu_cores"]
+    other = conditions.get("other_cpu_cores")
+    if other:
+        return max(other["before"] or 0.0, other["during"]) > half
     load = conditions["load_average_1min"]
     own = conditions.get("own_cpu_cores")
-    if own is None:  # results written before the benchmark's own CPU time was measured
-        return max(load["during_max"], load["before"]) > 0.5 * conditions["cpu_cores"]
-    return max(load["before"], load["during_median"] - own) > 0.5 * conditions["cpu_cores"]
+    if own is None:
+        return max(load["during_max"], load["before"]) > half
+    return load["during_median"] - own > half
 
 
 def conditions_markdown(conditions: dict) -> str:
@@ -150,6 +200,7 @@ def conditions_markdown(conditions: dict) -> str:
     load = conditions["load_average_1min"]
     cores = conditions["cpu_cores"]
     own = conditions.get("own_cpu_cores")
+    other = conditions.get("other_cpu_cores")
     verdict = "a shared, busy machine" if was_busy(conditions) else "a quiet machine"
     versions = ", ".join(f"{k} {v}" for k, v in conditions["versions"].items())
     flags = " ".join(conditions["cpu_flags"]) or "no AVX2/AVX-512/AMX"
@@ -161,6 +212,12 @@ def conditions_markdown(conditions: dict) -> str:
         f" (max {load['during_max']:.2f}) during, "
         f"{after if after is None else format(after, '.2f')} after"
         + (f"; the benchmark itself kept {own:.2f} cores busy on average" if own else "")
+        + (
+            f", other processes {other['during']:.2f} (and {other['before'] or 0:.2f} in the "
+            "second before)"
+            if other
+            else ""
+        )
         + f": {verdict}. "
         f"Wall time {conditions['wall_s'] or 0:.0f} s."
     )

@@ -47,12 +47,25 @@ class Row:
     unit: str
     higher_is_better: bool
     setting: str = "same for both"
+    # Half-width of the measurement's own noise band on the advantage (e.g. two standard errors
+    # of a paired difference), where the script measures one; 0 where the rounds are the noise.
+    noise: float = 0.0
 
     @property
     def advantage(self) -> float:
         """How many times better jaxstack is (> 1) or worse (< 1) than the peer."""
         ratio = self.jaxstack / self.peer
         return ratio if self.higher_is_better else 1 / ratio
+
+
+@dataclass(frozen=True)
+class Figure:
+    """A measured value with no peer to divide by (a start-up time, an accuracy gain)."""
+
+    what: str
+    value: float
+    unit: str
+    noise: float | None = None  # ± two standard errors, where the script measures them
 
 
 @dataclass(frozen=True)
@@ -66,6 +79,10 @@ class Benchmark:
     # The script alternates its own rounds (`--rounds N`) inside one run, because its peer takes
     # minutes to start (a server's warm-up); its headline then gives one row per round.
     own_rounds: bool = False
+    # Measured values without a peer, shown in a second table (median [min, max] of the rounds).
+    figures: Callable[[dict], list[Figure]] | None = None
+    # Arguments for the first round only: a part too long to repeat (rl's 10-minute recipe).
+    first_round: list[str] = field(default_factory=list)
 
 
 def ckptlib_rows(r: dict) -> list[Row]:
@@ -215,6 +232,100 @@ def train_rows(r: dict) -> list[Row]:
     return rows
 
 
+def quant_rows(r: dict) -> list[Row]:
+    """quantlib's formats against float32 (decode speed, weight bytes) and against Qwix on the
+    same weights (perplexity: parity where the difference is inside its two standard errors)."""
+    rows = []
+    for model, m in r["ptq"]["models"].items():
+        d, float_rows = m["decode_ms"], m["rows"]
+        for fmt in ("int8", "int4", "nf4"):
+            rows += [
+                Row(f"{model}: {fmt} decode step at batch 1, ms", d[fmt], "float32 weights",
+                    d["float32"], "ms", False),
+                Row(f"{model}: {fmt} model weight bytes", float_rows[fmt]["bytes"]["total"],
+                    "float32 weights", float_rows["float32"]["bytes"]["total"], "bytes", False),
+            ]  # fmt: skip
+        for fmt in ("int8", "w8a8", "int4", "nf4"):
+            qwix = m["qwix"].get(fmt, {}).get("model", {})
+            if "perplexity" in qwix:
+                _, two_se = perplexity_change(float_rows[fmt], qwix)
+                rows.append(
+                    Row(f"{model}: {fmt} perplexity", float_rows[fmt]["perplexity"],
+                        f"Qwix {m['qwix'].get('version', '')}".strip(), qwix["perplexity"], "",
+                        False, noise=two_se / 100)
+                )  # fmt: skip
+    llm = r["llm_decode"]["rounds"]
+    for fmt in ("int8", "int4"):
+        rows.append(
+            Row(f"{fmt} through LLM(...), batch 1, output tok/s",
+                statistics.median(x[fmt] for x in llm), "float32 through LLM(...)",
+                statistics.median(x["float32"] for x in llm), "tok/s", True)
+        )  # fmt: skip
+    return rows
+
+
+def perplexity_change(a: dict, b: dict) -> tuple[float, float]:
+    """`a`'s perplexity change over `b` in % and two standard errors of it (paired per batch;
+    quant/run.py's `change`)."""
+    d = [x - y for x, y in zip(a["batch_losses"], b["batch_losses"], strict=True)]
+    two_se = 200 * statistics.stdev(d) / len(d) ** 0.5 if len(d) > 1 else 0.0
+    return (a["perplexity"] / b["perplexity"] - 1) * 100, two_se
+
+
+def quant_figures(r: dict) -> list[Figure]:
+    figures = []
+    for model, m in r["ptq"]["models"].items():
+        base = m["rows"]["float32"]
+        for fmt in ("int8", "w8a8", "int4", "nf4"):
+            change, two_se = perplexity_change(m["rows"][fmt], base)
+            figures.append(Figure(f"{model}: {fmt} perplexity change vs float32", change, "%",
+                                  two_se))  # fmt: skip
+        q = m["qat"]
+        figures.append(Figure(f"{model}: int4 QAT, share of the PTQ loss recovered",
+                              q["recovered"] * 100, "%"))  # fmt: skip
+    return figures
+
+
+def rl_rows(r: dict) -> list[Row]:
+    """vs_trl.py: optimiser steps/s (DPO, SFT) and samples/s (GRPO) against TRL's trainers."""
+    v = r.get("vs-trl", {})
+    trl = f"TRL {v.get('trl_versions', {}).get('trl', '')}".strip()
+    rows = [
+        Row(f"{a.upper()} optimiser steps/s", v[a]["jaxstack_steps_per_sec"],
+            f"{trl} {a.upper()}Trainer", v[a]["trl_steps_per_sec"], "steps/s", True)
+        for a in ("dpo", "sft")
+        if a in v
+    ]  # fmt: skip
+    if "grpo" in v:
+        g = v["grpo"]
+        rows.append(
+            Row("GRPO samples/s", g["jaxstack_samples_per_sec"], f"{trl} GRPOTrainer",
+                g["trl_samples_per_sec"], "samples/s", True)
+        )  # fmt: skip
+    return rows
+
+
+def rl_figures(r: dict) -> list[Figure]:
+    """The arithmetic recipe (first round only): accuracy gain and wall time."""
+    if "recipe" not in r:
+        return []
+    recipe = r["recipe"]
+    return [
+        Figure("arithmetic recipe: held-out exact match after SFT", recipe["accuracy_sft"] * 100,
+               "%"),
+        Figure("arithmetic recipe: held-out exact match after GRPO",
+               recipe["accuracy_grpo"] * 100, "%"),
+        Figure("arithmetic recipe: gain from GRPO", recipe["gain_points"], "points"),
+        Figure("arithmetic recipe: wall time (SFT + GRPO + evaluations)", recipe["wall_s"] / 60,
+               "min"),
+    ]  # fmt: skip
+
+
+def cli_figures(r: dict) -> list[Figure]:
+    return [Figure(f"`{row['cli']} --help`, wall s (goal: under 1 s)", row["median_s"], "s")
+            for row in r["rows"]]  # fmt: skip
+
+
 BENCHMARKS = [
     Benchmark("ckptlib", "checkpoint save/restore vs Orbax, TensorStore, numpy",
               ["ckptlib/bench_ckpt.py"], ["ckptlib/bench_ckpt.py", "--quick"], ckptlib_rows),
@@ -241,6 +352,14 @@ BENCHMARKS = [
               ["serving-llm/vs_vllm.py"], None, serving_llm_rows, own_rounds=True),
     Benchmark("train", "training throughput vs minimal torch, HF Llama and MaxText",
               ["train/run.py"], None, train_rows),
+    Benchmark("quant", "int8/int4/nf4 vs float32 and vs Qwix on the same trained weights",
+              ["quant/bench.py"], ["quant/bench.py", "--quick"], quant_rows,
+              figures=quant_figures),
+    Benchmark("rl", "DPO/SFT/GRPO vs TRL; the arithmetic recipe (first round only)",
+              ["rl/bench.py"], ["rl/bench.py", "--quick"], rl_rows, figures=rl_figures,
+              first_round=["--recipe"]),
+    Benchmark("cli", "start-up: `--help` of every jaxstack-* console script, fresh processes",
+              ["cli/run.py"], ["cli/run.py", "--quick"], lambda r: [], figures=cli_figures),
 ]  # fmt: skip
 
 
@@ -249,6 +368,7 @@ class Spread:
     """jaxstack's advantage on one comparison, one value per round."""
 
     advantages: tuple[float, ...]
+    noises: tuple[float, ...] = ()  # per round, the measurement's own noise band (Row.noise)
 
     @property
     def median(self) -> float:
@@ -256,13 +376,37 @@ class Spread:
 
     @property
     def parity(self) -> bool:
-        """The rounds disagree on which side is ahead (or it is exactly even)."""
-        return min(self.advantages) <= 1.0 <= max(self.advantages)
+        """The rounds disagree on which side is ahead (or it is exactly even), or a round's own
+        noise band reaches 1.0."""
+        noises = self.noises or (0.0,) * len(self.advantages)
+        low = min(a - n for a, n in zip(self.advantages, noises, strict=True))
+        high = max(a + n for a, n in zip(self.advantages, noises, strict=True))
+        return low <= 1.0 <= high
 
     def cell(self) -> str:
         low, high = min(self.advantages), max(self.advantages)
         spread = f"{self.median:.2f}x [{low:.2f}, {high:.2f}]"
+        if any(self.noises):
+            spread += f", noise ± {max(self.noises) * 100:.2g}%"
         return f"parity ({spread})" if self.parity else spread
+
+
+def figure_cell(values: list[Figure]) -> str:
+    """Median [min, max] of a figure over the rounds (one value: as it is), with its noise."""
+    numbers = [f.value for f in values]
+    unit = values[0].unit
+    noise = [f.noise for f in values if f.noise is not None]
+    number = "{:+.3g}" if noise else "{:.3g}"  # a change, with its sign
+    text = f"{number.format(statistics.median(numbers))} {unit}"
+    if len(numbers) > 1:
+        text += f" [{number.format(min(numbers))}, {number.format(max(numbers))}]"
+    else:
+        text += " (1 round)"
+    if noise:
+        text += f", ± {max(noise):.2g} {unit} (2 SE)"
+        if all(abs(f.value) <= (f.noise or 0) for f in values):
+            text += ": within noise"
+    return text.replace(" %", "%")
 
 
 def load(path: Path) -> dict | None:
@@ -306,6 +450,7 @@ def run_rounds(chosen: list[Benchmark], rounds: int, kind: str) -> list[str]:
                 continue
             out = staging[b.name] / f"round-{number}"
             own = ["--rounds", str(rounds)] if b.own_rounds else []
+            own += b.first_round if number == 1 else []
             label = f"{rounds} rounds of its own" if b.own_rounds else f"round {number}/{rounds}"
             line = run(b, [*b.full, *own, "--out", str(out)], label)
             print(line, flush=True)
@@ -356,10 +501,39 @@ def spreads(benchmark: Benchmark, by_kind: dict[str, list[Path]]) -> tuple[dict,
                 continue
             for row in rows:
                 key = (row.what, row.peer_name)
-                values.setdefault(key, {}).setdefault(kind, []).append(row.advantage)
+                values.setdefault(key, {}).setdefault(kind, []).append((row.advantage, row.noise))
                 settings.setdefault(key, {}).setdefault(kind, set()).add(row.setting)
-    table = {key: {k: Spread(tuple(v)) for k, v in kinds.items()} for key, kinds in values.items()}
+    table = {
+        key: {k: Spread(tuple(a for a, _ in v), tuple(n for _, n in v)) for k, v in kinds.items()}
+        for key, kinds in values.items()
+    }
     return table, settings, problems
+
+
+def figures_table(benchmark: Benchmark, by_kind: dict[str, list[Path]]) -> list[str]:
+    """The benchmark's peerless figures: one row per figure, one column per machine kind."""
+    if benchmark.figures is None:
+        return []
+    found: dict[str, dict[str, list[Figure]]] = {}
+    for kind, files in by_kind.items():
+        for path in files:
+            try:
+                figures = benchmark.figures(load(path))
+            except (KeyError, TypeError, ZeroDivisionError, StopIteration):
+                continue  # spreads() already names the unreadable file
+            for figure in figures:
+                found.setdefault(figure.what, {}).setdefault(kind, []).append(figure)
+    if not found:
+        return []
+    kinds = list(by_kind)
+    lines = [
+        "| measured | " + " | ".join(kinds) + " |",
+        "|---|" + "---:|" * len(kinds),
+    ]
+    for what, cells in found.items():
+        shown = [figure_cell(cells[k]) if k in cells else "-" for k in kinds]
+        lines.append(f"| {what} | {' | '.join(shown)} |")
+    return [*lines, ""]
 
 
 def settings_cell(by_kind: dict[str, set[str]]) -> str:
@@ -449,6 +623,7 @@ def section(benchmark: Benchmark) -> list[str]:
                 f"| {key[0]} | {key[1]} | {' | '.join(shown)} | {settings_cell(settings[key])} |"
             )
         lines.append("")
+        lines += figures_table(benchmark, by_kind)
         if picture := plot(benchmark.name, table, kinds):
             lines += [f"![{benchmark.name} ratios]({picture})", ""]
         lines += [kind_conditions(k, files, benchmark.own_rounds) for k, files in by_kind.items()]

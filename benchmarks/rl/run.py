@@ -195,16 +195,16 @@ def markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
-def write_report() -> str:
-    """results.json and results.md from every part's `results-<part>.json` (parts may be
-    measured in separate, even concurrent, runs)."""
-    path = HERE / "results.json"
+def write_report(folder: pathlib.Path = HERE) -> str:
+    """results.json and results.md in `folder` from every part's `results-<part>.json` there
+    (parts may be measured in separate, even concurrent, runs)."""
+    path = folder / "results.json"
     results = json.loads(path.read_text()) if path.exists() else {}
-    for part in sorted(HERE.glob("results-*.json")):
+    for part in sorted(folder.glob("results-*.json")):
         results[part.stem.removeprefix("results-")] = json.loads(part.read_text())
     path.write_text(json.dumps(results, indent=1) + "\n")
     text = markdown(results)
-    (HERE / "results.md").write_text(text)
+    (folder / "results.md").write_text(text)
     return text
 
 
@@ -214,7 +214,11 @@ def main() -> None:
     p.add_argument("--iterations", type=int, default=12)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--out-dir", help="recipe: keep its run folders here")
+    p.add_argument(
+        "--out", type=pathlib.Path, default=HERE, help="folder of the results files (default: here)"
+    )
     args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
     if args.part != "report":
         with measure_conditions(packages=PACKAGES) as conditions:
             if args.part == "grpo":
@@ -222,8 +226,8 @@ def main() -> None:
             else:
                 result = recipe(args.out_dir)
         result["conditions"] = conditions.as_dict()
-        (HERE / f"results-{args.part}.json").write_text(json.dumps(result, indent=1) + "\n")
-    print(write_report())
+        (args.out / f"results-{args.part}.json").write_text(json.dumps(result, indent=1) + "\n")
+    print(write_report(args.out))
 
 
 if __name__ == "__main__":

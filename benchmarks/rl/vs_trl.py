@@ -110,6 +110,12 @@ def main() -> None:
     p.add_argument(
         "--algorithms", nargs="+", choices=["dpo", "sft", "grpo"], default=["dpo", "sft", "grpo"]
     )
+    p.add_argument(
+        "--out",
+        type=pathlib.Path,
+        default=HERE,
+        help="folder for results-vs-trl.json (default: here, merged with the algorithms not rerun)",
+    )
     args = p.parse_args()
     if args.steps < 10 or not 1 <= args.warmup < args.steps:
         p.error("--steps must be >= 10 and --warmup in [1, steps)")
@@ -171,7 +177,9 @@ def main() -> None:
     for algorithm in args.algorithms:  # each algorithm keeps the conditions of its own run
         results[algorithm].update(conditions=results["conditions"], steps=args.steps)
     del results["conditions"]
-    path = HERE / ("results-vs-trl.json" if args.model == "tiny" else f"results-vs-trl-{args.model}.json")
+    args.out.mkdir(parents=True, exist_ok=True)
+    name = "results-vs-trl.json" if args.model == "tiny" else f"results-vs-trl-{args.model}.json"
+    path = args.out / name
     previous = json.loads(path.read_text()) if path.exists() else {}
     path.write_text(json.dumps({**previous, **results}, indent=2))
 

@@ -36,6 +36,9 @@ import numpy as np
 from jaxstack.serving import export
 
 HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE.parent))
+from conditions import conditions_markdown, measure_conditions  # noqa: E402
+
 CONCURRENCY = (1, 16, 64)
 
 
@@ -276,14 +279,19 @@ def main() -> None:
     body = json.dumps({"inputs": [{"name": "x", "shape": [1, sizes[0]], "datatype": "FP32",
                                    "data": x.reshape(-1).tolist()}]}).encode()  # fmt: skip
     request = http_request("/v2/models/scorer/infer", body)
-    with tempfile.TemporaryDirectory() as tmp:
+    packages = ["jax", "jaxlib", "jaxstack-serving", "fastapi", "uvicorn", "orjson"]
+    with (
+        measure_conditions(packages=packages) as conditions,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
         repository = Path(tmp)
         export(mlp, params, {"x": x}, name="scorer", version=1, repository=repository)
         modes = run_all(repository, args, request, expected, counts)
-    device_params = jax.device_put(params)
-    batches = (1, args.max_batch_size)
-    reference = {f"batch_{b}": in_process_rows_per_s(device_params, x, b) for b in batches}
+        device_params = jax.device_put(params)
+        batches = (1, args.max_batch_size)
+        reference = {f"batch_{b}": in_process_rows_per_s(device_params, x, b) for b in batches}
     results = {
+        "conditions": conditions.as_dict(),
         "benchmark": "serving-models",
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "model": {
@@ -302,8 +310,6 @@ def main() -> None:
             "platform": platform.platform(),
             "jax": jax.__version__,
             "backend": jax.default_backend(),
-            "note": f"1-minute load average {os.getloadavg()[0]:.1f} when the run ended (the "
-            "benchmark's own server and client included); the modes ran interleaved",
         },
         "quick": args.quick,
         "rounds": args.rounds,
@@ -330,13 +336,15 @@ def markdown(r: dict) -> str:
     lines = [
         "# serving-models results",
         "",
+        conditions_markdown(r["conditions"]),
+        "",
         f"{r['date']}; {m['kind']} {list(m['sizes'])} ({m['parameters']:,} parameters, float32); "
         f"jax {r['machine']['jax']} on {r['machine']['backend']}, {r['machine']['cpus']} CPUs. "
         f"Dynamic batching: max batch size {server['max_batch_size']}, max queue delay "
         f"{server['max_queue_delay_ms']} ms (and 0 ms); baseline: max batch size 1, same server "
         f"code. Median of {r['rounds']} interleaved rounds per cell.",
         "",
-        f"Transport: {server['transport']}. Note: {r['machine']['note']}."
+        f"Transport: {server['transport']}. The modes ran interleaved."
         + (" Quick (smoke) run: few requests." if r["quick"] else ""),
         "",
         "| concurrency | mode | requests | req/s (median) | speedup vs batch 1 | p50 ms "
