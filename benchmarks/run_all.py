@@ -298,12 +298,15 @@ def rl_rows(r: dict) -> list[Row]:
         for a in ("dpo", "sft")
         if a in v
     ]  # fmt: skip
-    if "grpo" in v:
-        g = v["grpo"]
-        rows.append(
-            Row("GRPO samples/s", g["jaxstack_samples_per_sec"], f"{trl} GRPOTrainer",
-                g["trl_samples_per_sec"], "samples/s", True)
-        )  # fmt: skip
+    for case in ("grpo", "grpo-32"):
+        if case in v:
+            g = v[case]
+            tokens = g.get("max_new_tokens") or 4
+            rows.append(
+                Row(f"GRPO samples/s, completions <= {tokens} tokens",
+                    g["jaxstack_samples_per_sec"], f"{trl} GRPOTrainer",
+                    g["trl_samples_per_sec"], "samples/s", True)
+            )  # fmt: skip
     return rows
 
 

@@ -24,7 +24,7 @@ torch.set_num_threads(int(spec.get("threads", 2)))
 
 class StepTimes(TrainerCallback):
     def __init__(self):
-        self.times, self.losses, self._t = [], [], None
+        self.times, self.losses, self.completion_lengths, self._t = [], [], [], None
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._t = time.perf_counter()
@@ -35,6 +35,8 @@ class StepTimes(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if logs and "loss" in logs:
             self.losses.append(float(logs["loss"]))
+        if logs and "completions/mean_length" in logs:  # GRPO
+            self.completion_lengths.append(float(logs["completions/mean_length"]))
 
 
 common = dict(
@@ -119,5 +121,10 @@ import trl  # noqa: E402
 
 versions = {"torch": torch.__version__, "transformers": transformers.__version__}
 versions["trl"] = trl.__version__
-result = {"step_times_s": timer.times, "losses": timer.losses, "versions": versions}
+result = {
+    "step_times_s": timer.times,
+    "losses": timer.losses,
+    "completion_lengths": timer.completion_lengths,
+    "versions": versions,
+}
 print("RESULT " + json.dumps(result))

@@ -104,6 +104,34 @@ def test_a_model_folders_chat_template_is_found_where_transformers_looks(tmp_pat
         dl.ChatTemplate.from_model_folder(tmp_path)
 
 
+def test_chat_template_sees_tools_and_documents_as_none_when_absent_like_transformers():
+    # transformers passes tools=None and documents=None when the caller gives none, so
+    # templates test `tools is not none` (Llama 3.1, Mistral); an undefined variable is not none.
+    template = dl.ChatTemplate(
+        "{{ 'no tools' if tools is none else tools | length }}, "
+        "{{ 'no documents' if documents is none else documents[0]['title'] }}"
+    )
+    assert template.render([]) == "no tools, no documents"
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    docs = [{"title": "A", "text": "a"}]
+    assert template.render([], tools=tools, documents=docs) == "1, A"
+
+
+def test_generation_blocks_render_their_body_as_transformers_does():
+    # `{% generation %}` marks the assistant's tokens for transformers' assistant masks;
+    # rendering gives the block's body unchanged.
+    template = dl.ChatTemplate(
+        "{% for m in messages %}{% if m['role'] == 'assistant' %}"
+        "{% generation %}<a>{{ m['content'] }}</a>{% endgeneration %}"
+        "{% else %}<u>{{ m['content'] }}</u>{% endif %}{% endfor %}"
+    )
+    conv = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
+    assert template.render(conv) == "<u>2+2?</u><a>4</a>"
+    tok = dl.ByteTokenizer()
+    enc = template.encode(conv, tok)
+    assert tok.decode(enc["tokens"][enc["loss_mask"] == 1]) == "<a>4</a>"
+
+
 def test_chat_template_errors(tmp_path):
     with pytest.raises(dl.TokenizerError, match="has no 'chat_template'"):
         dl.ChatTemplate.from_tokenizer_config({"eos_token": "x"})

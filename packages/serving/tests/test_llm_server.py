@@ -433,6 +433,11 @@ def test_bad_completions_get_openai_errors(server, body, status, param, needle):
             "needs 'tools'",
         ),
         ({"messages": [{"role": "user", "content": "hi"}], "echo": True}, "echo", "not a field"),
+        (
+            {"messages": [{"role": "user", "content": "y" * 200}]},
+            "messages",
+            "shorten the messages",
+        ),
     ],
 )
 def test_bad_chat_requests_get_openai_errors(server, body, param, needle):

@@ -2,7 +2,8 @@
 
 HF models ship their conversation format as a Jinja template (`chat_template`). `ChatTemplate`
 renders it the way `transformers.apply_chat_template` does (sandboxed Jinja, trimmed blocks,
-`raise_exception`, `tojson`), without needing transformers, and `encode` turns a conversation
+`raise_exception`, `tojson`, `{% generation %}` blocks, `tools` and `documents` None when
+absent), without needing transformers, and `encode` turns a conversation
 into a pre-tokenized document whose `loss_mask` is 1 only on the assistant's replies.
 """
 
@@ -40,6 +41,21 @@ def _strftime_now(fmt: str) -> str:
     return datetime.datetime.now().strftime(fmt)
 
 
+class _Generation(jinja2.ext.Extension):
+    """`{% generation %}...{% endgeneration %}`: marks an assistant reply for transformers'
+    assistant masks; rendered, it is its body unchanged."""
+
+    tags = frozenset({"generation"})
+
+    def parse(self, parser):
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+    def _body(self, caller) -> str:
+        return caller()
+
+
 def _content(value) -> str | None:
     if isinstance(value, dict):
         return value.get("content")
@@ -51,7 +67,7 @@ class ChatTemplate:
 
     def __init__(self, template: str, *, special_tokens: Mapping[str, str] | None = None):
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(
-            trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols]
+            trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
         )
         env.filters["tojson"] = _tojson
         env.globals["raise_exception"] = _raise_exception
@@ -128,8 +144,11 @@ class ChatTemplate:
     def render(
         self, messages: Sequence[Message], *, add_generation_prompt: bool = False, **kwargs
     ) -> str:
-        """The conversation as the model sees it (`transformers.apply_chat_template` text)."""
-        context = {**self.special_tokens, **kwargs}
+        """The conversation as the model sees it (`transformers.apply_chat_template` text).
+
+        `tools` and `documents` are None unless given, as transformers passes them: templates
+        test `tools is not none`, which an undefined variable would pass."""
+        context = {**self.special_tokens, "tools": None, "documents": None, **kwargs}
         return self._template.render(
             messages=list(messages), add_generation_prompt=add_generation_prompt, **context
         )

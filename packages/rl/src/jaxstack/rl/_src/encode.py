@@ -159,6 +159,40 @@ def sequence_batch(
     }
 
 
+MIN_TRIMMED_LENGTH = 16
+"""The shortest length `trim_padding` cuts a batch to; lengths double from it, so a run
+compiles its step for at most log2(seq_len / 16) + 1 lengths."""
+
+
+def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
+    """The batch with the padding columns that no row uses cut off, as TRL's collators pad to
+    the longest row: rows of 9 tokens in a `data.seq_len=64` batch cost a 16-column step, not
+    a 64-column one. Every `[rows, T]` array of the batch keeps its first L columns, where L is
+    the smallest of 16, 32, 64, ... (or T itself) that holds the longest row of any of its
+    `*segment_ids` arrays (DPO's chosen and rejected rows stay the same length); the columns cut
+    are padding in every row, so losses and gradients do not change. Arrays of another shape
+    (reference log-probs, params) pass through."""
+    segment_keys = [k for k in batch if k.endswith("segment_ids")]
+    if not segment_keys:
+        return batch
+    segments = np.stack([np.asarray(batch[k]) for k in segment_keys])
+    width = segments.shape[-1]
+    columns_in_use = np.flatnonzero(segments.any(axis=(0, 1)))
+    used = int(columns_in_use[-1]) + 1 if columns_in_use.size else 1
+    length = MIN_TRIMMED_LENGTH
+    while length < used:
+        length *= 2
+    length = min(length, width)
+    if length == width:
+        return batch
+
+    def cut(x: Any) -> Any:
+        is_row_array = isinstance(x, np.ndarray) and x.ndim == 2 and x.shape[1] == width
+        return x[:, :length] if is_row_array else x
+
+    return {k: cut(v) for k, v in batch.items()}
+
+
 def build_chat_template(path: str | None) -> Any:
     """datalib `ChatTemplate` from a tokenizer_config.json (file or folder), else the default."""
     from jaxstack import datalib

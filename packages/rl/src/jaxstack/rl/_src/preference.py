@@ -21,7 +21,7 @@ import numpy as np
 
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import sequence_batch
+from jaxstack.rl._src.encode import sequence_batch, trim_padding
 from jaxstack.rl._src.logprobs import sequence_logprobs, token_logprobs
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_preference_records
@@ -69,7 +69,7 @@ def reference_logps(policy: Policy, pairs: dict[str, np.ndarray], batch_size: in
     chosen, rejected = [], []
     for start in range(0, n, batch_size):
         idx = np.arange(start, start + batch_size) % n  # a full last batch: one compiled shape
-        c, r = score(policy.params, {k: v[idx] for k, v in pairs.items()})
+        c, r = score(policy.params, trim_padding({k: v[idx] for k, v in pairs.items()}))
         keep = min(batch_size, n - start)
         chosen.append(np.asarray(c)[:keep])
         rejected.append(np.asarray(r)[:keep])
@@ -154,7 +154,7 @@ def _preference(config: RLConfig) -> RunResult:
 
         def step_fn(state: dict[str, Any], step: int):
             idx = np.asarray(order[step])
-            batch = {k: v[idx] for k, v in pairs.items()}
+            batch = trim_padding({k: v[idx] for k, v in pairs.items()})
             if config.algorithm == "dpo" and config.dpo.reference == "live":
                 batch["reference_params"] = policy.params
             state, metrics = train_step(state, batch)

@@ -13,6 +13,7 @@ from typing import Any
 import jax
 
 from jaxstack.rl._src.config import RLConfig
+from jaxstack.rl._src.encode import trim_padding
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.policy import build_policy
 from jaxstack.rl._src.records import read_sft_records
@@ -75,7 +76,7 @@ def sft(
 
         def step_fn(state: dict[str, Any], step: int):
             nonlocal sampler
-            batch = next(batches)
+            batch = trim_padding(next(batches))
             state, metrics = train_step(state, batch)
             metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
             metrics["tokens"] = batch["tokens"].size

@@ -357,18 +357,24 @@ def create_llm_app(
             )  # fmt: skip
 
     async def run(
-        prompts: list[list[int]], params, model: str | None
+        prompts: list[list[int]], params, model: str | None, *, chat: bool = False
     ) -> tuple[asyncio.Queue, list[str]]:
-        """Submit the prompts, with the LoRA adapter the request's `model` names, if any."""
+        """Submit the prompts, with the LoRA adapter the request's `model` names, if any.
+        A chat request's prompt is its rendered messages, so the engine's complaints about
+        the prompt name 'messages' instead."""
         adapter = model if model in adapters else None
         queue: asyncio.Queue = asyncio.Queue()
         ids = []
         try:
             for tag, ids_ in enumerate(prompts):
                 ids.append(engine.submit(ids_, params, queue, tag, adapter=adapter))
-        except Exception:
+        except Exception as e:
             for request_id in ids:
                 engine.abort(request_id)
+            if chat and isinstance(e, InvalidFieldError) and e.param == "prompt":
+                message = str(e).replace("prompt has", "the rendered messages have")
+                message = message.replace("shorten the prompt", "shorten the messages")
+                raise InvalidFieldError("messages", message) from None
             raise
         return queue, ids
 
@@ -511,7 +517,7 @@ def create_llm_app(
         n = params.n
         builders = [_ChatChoice(token_text, k=k) for _ in range(n)]
         calls = [_ToolCalls(body.parallel_tool_calls) if tools else None for _ in range(n)]
-        queue, request_ids = await run([prompt], params, body.model)
+        queue, request_ids = await run([prompt], params, body.model, chat=True)
         head = {
             "id": f"chatcmpl-{uuid.uuid4().hex}",
             "object": "chat.completion",
