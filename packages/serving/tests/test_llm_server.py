@@ -326,6 +326,11 @@ def test_models_tokenize_detokenize_health(server):
     status, doc = server.request("POST", "/detokenize", {"tokens": doc["tokens"]})
     assert (status, doc["prompt"]) == (200, "héllo")
     assert server.request("GET", "/health") == (200, {"status": "ok"})
+    # vLLM's /tokenizer_info, which lm-eval reads to tokenize through the server
+    status, doc = server.request("GET", "/tokenizer_info")
+    assert status == 200 and doc["chat_template"] == DEFAULT_CHAT_TEMPLATE
+    assert doc["tokenizer_class"] == "ByteTokenizer" and doc["model_max_length"] == 160
+    assert doc["eos_token"] is None  # the byte tokenizer's ids 0-2 have no text
 
 
 @pytest.mark.parametrize(

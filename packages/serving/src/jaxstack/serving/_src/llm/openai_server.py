@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP front end of an AsyncEngine (FastAPI).
 
 Routes: /v1/completions, /v1/chat/completions (both streamable as server-sent events, with
-`stream_options.include_usage`), /v1/models, /tokenize, /detokenize, /health, /metrics.
+`stream_options.include_usage`), /v1/models, /tokenize, /detokenize, /tokenizer_info,
+/health, /metrics.
 Request bodies are the pydantic models of `protocol`. Errors use OpenAI's shape,
 `{"error": {"message", "type", "param", "code"}}`: 400 for bad fields (`param` names the
 field), 401 without the API key, 404 for unknown routes and models (`model_not_found`), 413
@@ -596,6 +597,27 @@ def create_llm_app(
         else:
             tokens = encode(body.prompt, add_special_tokens=body.add_special_tokens)
         return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+
+    @app.get("/tokenizer_info", dependencies=[Depends(authorized)])
+    async def tokenizer_info() -> dict[str, Any]:
+        """vLLM's /tokenizer_info: what a client needs to tokenize through /tokenize (lm-eval
+        reads it to choose its remote tokenizer): the special tokens' text and the chat
+        template."""
+        named = chat_template.special_tokens if chat_template is not None else {}
+        backend = getattr(tokenizer, "backend", None)
+
+        def text(name: str) -> str | None:
+            token_id = getattr(tokenizer, f"{name}_id", None)
+            if f"{name}_token" in named:
+                return named[f"{name}_token"]
+            return backend.id_to_token(token_id) if None not in (backend, token_id) else None
+
+        return {
+            "tokenizer_class": type(tokenizer).__name__ if tokenizer is not None else None,
+            **{f"{name}_token": text(name) for name in ("bos", "eos", "pad", "unk")},
+            "chat_template": chat_template.source if chat_template is not None else None,
+            "model_max_length": max_model_len,
+        }
 
     @app.post("/detokenize", dependencies=[Depends(authorized)])
     async def detokenize(request: Request) -> dict[str, Any]:
