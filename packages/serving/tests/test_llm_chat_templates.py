@@ -98,6 +98,16 @@ WEATHER = {
         },
     },
 }
+# The same tool with its keys in another order: templates that write tools out (tojson,
+# items()) keep the client's order, so the server must hand them over as sent.
+WEATHER_REORDERED = {
+    "function": {
+        "parameters": WEATHER["function"]["parameters"],
+        "name": "get_weather",
+        "description": "The weather in a city.",
+    },
+    "type": "function",
+}
 CALL = {
     "role": "assistant",
     "content": None,
@@ -117,6 +127,7 @@ CONVERSATIONS = {
     "multi-turn": ([USER, ANSWER, USER2], None),
     "system+multi-turn": ([SYSTEM, USER, ANSWER, USER2], None),
     "tools": ([USER], [WEATHER]),
+    "tools-keys-reordered": ([USER], [WEATHER_REORDERED]),
     "tool-call+result": ([USER, CALL, RESULT], [WEATHER]),
 }
 

@@ -328,7 +328,7 @@ def create_llm_app(
                     "see them; serve it with a --chat-template that does (a Hermes/Qwen2.5-style "
                     "one) or leave 'tools' out",
                 )
-            extra["tools"] = [t.model_dump(exclude_none=True) for t in tools]
+            extra["tools"] = [t.sent for t in tools]
         if body.documents is not None:
             extra["documents"] = body.documents
         extra |= body.chat_template_kwargs or {}

@@ -16,7 +16,7 @@ import json
 from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr
 
 from jaxstack.serving._src.errors import InvalidFieldError, InvalidInputError
 from jaxstack.serving._src.llm.guided import StructuredOutput
@@ -300,9 +300,25 @@ class FunctionDefinition(BaseModel):
 
 
 class Tool(BaseModel):
+    """One tool, checked; `sent` is the JSON object as the client sent it, which the chat
+    template receives (as transformers would): templates write tools out key by key, so the
+    client's key order is kept."""
+
     model_config = _STRICT
     type: Literal["function"]
     function: FunctionDefinition
+    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _keep_as_sent(cls, data: Any, handler):
+        tool = handler(data)
+        tool._sent = data if isinstance(data, dict) else tool.model_dump(exclude_none=True)
+        return tool
+
+    @property
+    def sent(self) -> dict[str, Any]:
+        return self._sent
 
 
 class _FunctionName(BaseModel):
