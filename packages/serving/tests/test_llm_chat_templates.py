@@ -120,16 +120,26 @@ CALL = {
     ],
 }
 RESULT = {"role": "tool", "tool_call_id": "call12345", "content": "22 C"}
-
-CONVERSATIONS = {
-    "user": ([USER], None),
-    "system+user": ([SYSTEM, USER], None),
-    "multi-turn": ([USER, ANSWER, USER2], None),
-    "system+multi-turn": ([SYSTEM, USER, ANSWER, USER2], None),
-    "tools": ([USER], [WEATHER]),
-    "tools-keys-reordered": ([USER], [WEATHER_REORDERED]),
-    "tool-call+result": ([USER, CALL, RESULT], [WEATHER]),
+# The same call as OpenAI clients send it back: `arguments` as JSON text. Templates expect an
+# object (they write it with tojson), so the server parses it, as vLLM does.
+CALL_AS_JSON_TEXT = {
+    **CALL,
+    "tool_calls": [{**CALL["tool_calls"][0], "function": {**CALL["tool_calls"][0]["function"]}}],
 }
+CALL_AS_JSON_TEXT["tool_calls"][0]["function"]["arguments"] = '{"city": "Paris"}'
+
+# name: (messages sent to the server, tools, the messages transformers is given if others)
+CONVERSATIONS = {
+    "user": ([USER], None, None),
+    "system+user": ([SYSTEM, USER], None, None),
+    "multi-turn": ([USER, ANSWER, USER2], None, None),
+    "system+multi-turn": ([SYSTEM, USER, ANSWER, USER2], None, None),
+    "tools": ([USER], [WEATHER], None),
+    "tools-keys-reordered": ([USER], [WEATHER_REORDERED], None),
+    "tool-call+result": ([USER, CALL, RESULT], [WEATHER], None),
+    "tool-call-arguments-as-json-text": ([USER, CALL_AS_JSON_TEXT, RESULT], [WEATHER],
+                                         [USER, CALL, RESULT]),
+}  # fmt: skip
 
 
 def _tokenizer_json(special: list[str], kind: str) -> tokenizers.Tokenizer:
@@ -197,7 +207,7 @@ def _transformers_ids(hf, messages, tools, add_generation_prompt: bool) -> list[
 @pytest.mark.parametrize("conversation", sorted(CONVERSATIONS))
 def test_chat_template_tokens_equal_transformers(served, conversation, add_generation_prompt):
     name, client, hf = served
-    messages, tools = CONVERSATIONS[conversation]
+    messages, tools, hf_messages = CONVERSATIONS[conversation]
     body = {"messages": messages, "add_generation_prompt": add_generation_prompt}
     if tools is not None:
         body["tools"] = tools
@@ -207,7 +217,7 @@ def test_chat_template_tokens_equal_transformers(served, conversation, add_gener
         assert (response.status_code, response.json()["error"]["param"]) == (400, "tools")
         return
     try:
-        expected = _transformers_ids(hf, messages, tools, add_generation_prompt)
+        expected = _transformers_ids(hf, hf_messages or messages, tools, add_generation_prompt)
     except Exception as e:  # the template's raise_exception: the server must refuse too
         assert response.status_code == 400, response.json()
         assert response.json()["error"]["param"] == "messages"

@@ -525,6 +525,31 @@ def test_tools_for_a_template_that_cannot_show_them_are_refused(server):
     assert "does not render tools" in doc["error"]["message"]
 
 
+def test_tools_and_tool_calls_reach_the_template_as_transformers_would_see_them(server):
+    # Tools keep the client's key order; a call's arguments sent back as JSON text (as OpenAI
+    # clients do) reach the template as the object they hold (as in vLLM).
+    from fastapi.testclient import TestClient
+
+    template = datalib.ChatTemplate(
+        "{% for t in tools %}{{ t | tojson }}{% endfor %}|{% for m in messages %}"
+        "{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}"
+        "{% endfor %}"
+    )
+    app = create_llm_app(
+        server.engine, model_name=MODEL, tokenizer=TOKENIZER, chat_template=template
+    )
+    tool = {"function": {"parameters": {"type": "object"}, "name": "wx"}, "type": "function"}
+    call = {"id": "c1", "type": "function", "function": {"name": "wx", "arguments": '{"a": 1}'}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    response = TestClient(app).post("/tokenize", json={"messages": messages, "tools": [tool]})
+    text = TOKENIZER.decode(response.json()["tokens"])
+    assert text == json.dumps(tool) + "|" + '{"a": 1}'
+
+
 def test_structured_output_through_the_openai_client(server):
     client = server.client()
     schema = {

@@ -334,7 +334,7 @@ def create_llm_app(
         extra |= body.chat_template_kwargs or {}
         try:
             text = chat_template.render(
-                [m.model_dump() for m in messages],
+                [m.for_template() for m in messages],
                 add_generation_prompt=add_generation_prompt,
                 **extra,
             )

@@ -153,6 +153,29 @@ class ChatMessage(BaseModel):
         _check_texts(self.model_extra)
         return self
 
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template receives it. A tool call's `arguments` sent as
+        JSON text (as OpenAI clients send an earlier answer back) become the object they
+        hold, as vLLM does: templates write them with `tojson`, which would quote the text."""
+        message = self.model_dump()
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            message["tool_calls"] = [_arguments_parsed(call) for call in calls]
+        return message
+
+
+def _arguments_parsed(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(function.get("arguments"), str)):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except (ValueError, RecursionError):
+        return call  # not JSON: the template gets the text as it came
+    if not isinstance(arguments, dict):
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
+
 
 def _check_texts(value: Any) -> None:
     """Every string inside a JSON value is well-formed text (keys too)."""
