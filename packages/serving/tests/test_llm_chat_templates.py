@@ -196,9 +196,13 @@ def served(model_folder):
     return name, TestClient(app), hf
 
 
-def _transformers_ids(hf, messages, tools, add_generation_prompt: bool) -> list[int]:
+def _transformers_ids(hf, messages, tools, add_generation_prompt: bool, **options) -> list[int]:
     out = hf.apply_chat_template(
-        messages, tools=tools, add_generation_prompt=add_generation_prompt, tokenize=True
+        messages,
+        tools=tools,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=True,
+        **options,
     )
     return list(out["input_ids"] if isinstance(out, dict | transformers.BatchEncoding) else out)
 
@@ -226,3 +230,19 @@ def test_chat_template_tokens_equal_transformers(served, conversation, add_gener
     assert response.status_code == 200, response.json()
     tokens = response.json()["tokens"]
     assert tokens == expected, (hf.decode(tokens), hf.decode(expected))
+
+
+def test_continue_final_message_equals_transformers(served):
+    # vLLM's and transformers' continue_final_message: the prompt ends inside the last
+    # (assistant) message, so the model goes on with it instead of starting a new turn.
+    _, client, hf = served
+    messages = [USER, {"role": "assistant", "content": "The answer is "}]
+    body = {"messages": messages, "continue_final_message": True, "add_generation_prompt": False}
+    response = client.post("/tokenize", json=body)
+    assert response.status_code == 200, response.json()
+    expected = _transformers_ids(hf, messages, None, False, continue_final_message=True)
+    assert response.json()["tokens"] == expected, hf.decode(response.json()["tokens"])
+    assert hf.decode(expected).rstrip().endswith("The answer is")
+    response = client.post("/tokenize", json={**body, "add_generation_prompt": True})
+    error = response.json()["error"]
+    assert (response.status_code, error["param"]) == (400, "continue_final_message")

@@ -443,6 +443,11 @@ def test_bad_completions_get_openai_errors(server, body, status, param, needle):
             "messages",
             "shorten the messages",
         ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True},
+            "continue_final_message",
+            "set 'add_generation_prompt': false",
+        ),
     ],
 )
 def test_bad_chat_requests_get_openai_errors(server, body, param, needle):
@@ -548,6 +553,27 @@ def test_tools_and_tool_calls_reach_the_template_as_transformers_would_see_them(
     response = TestClient(app).post("/tokenize", json={"messages": messages, "tools": [tool]})
     text = TOKENIZER.decode(response.json()["tokens"])
     assert text == json.dumps(tool) + "|" + '{"a": 1}'
+
+
+def test_continue_final_message_ends_the_prompt_inside_the_last_message(server):
+    messages = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "The answer is "},
+    ]
+    body = {"messages": messages, "continue_final_message": True, "add_generation_prompt": False}
+    status, doc = server.request("POST", "/tokenize", body)
+    assert status == 200
+    text = TOKENIZER.decode(doc["tokens"])
+    assert text == "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\nThe answer is "
+    # and a chat completion goes on from there, as a completion of that text would
+    extra = {"continue_final_message": True, "add_generation_prompt": False, "ignore_eos": True}
+    chat = server.client().chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0.0, extra_body=extra
+    )
+    completion = server.client().completions.create(
+        model=MODEL, prompt=text, max_tokens=6, **greedy()
+    )
+    assert chat.choices[0].message.content == completion.choices[0].text
 
 
 def test_structured_output_through_the_openai_client(server):

@@ -93,6 +93,27 @@ def _error(e: BaseException) -> JSONResponse:
     )
 
 
+# Appended to the last message to find where its content ends in the rendered prompt
+# (transformers' `continue_final_message` marker).
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _cut_at_continue_tag(text: str, final: str) -> str:
+    """The rendered prompt up to the end of the last message's content, as transformers'
+    `apply_chat_template(continue_final_message=True)` cuts it."""
+    tag = _CONTINUE_TAG.strip()
+    if final.strip() not in text or tag not in text:
+        raise InvalidFieldError(
+            "continue_final_message",
+            "the chat template does not write the last message's content as sent, so the "
+            "prompt cannot end inside it; leave 'continue_final_message' out",
+        )
+    at = text.rindex(tag)
+    if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return text[:at]
+    return text[:at].rstrip()  # the template trimmed the content's trailing space
+
+
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
     return {
         "prompt_tokens": prompt_tokens,
@@ -332,16 +353,20 @@ def create_llm_app(
         if body.documents is not None:
             extra["documents"] = body.documents
         extra |= body.chat_template_kwargs or {}
+        rendered = [m.for_template() for m in messages]
+        final = rendered[-1]["content"]
+        if body.continue_final_message:
+            rendered[-1]["content"] = final + _CONTINUE_TAG
         try:
             text = chat_template.render(
-                [m.for_template() for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                **extra,
+                rendered, add_generation_prompt=add_generation_prompt, **extra
             )
         except Exception as e:  # the template's own raise_exception, or a template bug
             raise InvalidFieldError(
                 "messages", f"the chat template cannot render these messages: {e}"
             ) from None
+        if body.continue_final_message:
+            text = _cut_at_continue_tag(text, final)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:

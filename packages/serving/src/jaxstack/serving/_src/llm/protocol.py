@@ -374,11 +374,24 @@ Documents = list[dict[Text, Text]]
 
 class _ChatTemplateFields(BaseModel):
     """What a chat request adds to the template's variables (vLLM's extensions): documents for
-    retrieval-augmented templates, and any other variable the template reads."""
+    retrieval-augmented templates, and any other variable the template reads; and
+    `continue_final_message`, which ends the prompt inside the last message (so the model
+    goes on with it) instead of after it."""
 
     model_config = _STRICT
     documents: Documents | None = None
     chat_template_kwargs: TemplateKwargs | None = None
+    continue_final_message: bool = False
+
+    @pydantic.model_validator(mode="after")
+    def _continue_or_generation_prompt(self):
+        if self.continue_final_message and getattr(self, "add_generation_prompt", False):
+            raise InvalidFieldError(
+                "continue_final_message",
+                "'continue_final_message' continues the last message, 'add_generation_prompt' "
+                "starts a new one; set 'add_generation_prompt': false",
+            )
+        return self
 
 
 class ChatCompletionRequest(_SamplingRequest, _ChatTemplateFields):
