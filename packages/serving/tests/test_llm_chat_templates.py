@@ -230,6 +230,8 @@ def test_chat_template_tokens_equal_transformers(served, conversation, add_gener
     assert response.status_code == 200, response.json()
     tokens = response.json()["tokens"]
     assert tokens == expected, (hf.decode(tokens), hf.decode(expected))
+    strs = client.post("/tokenize", json={**body, "return_token_strs": True}).json()["token_strs"]
+    assert strs == hf.convert_ids_to_tokens(expected)
 
 
 def test_continue_final_message_equals_transformers(served):

@@ -325,6 +325,11 @@ def test_models_tokenize_detokenize_health(server):
     assert status == 200 and doc["tokens"] == TOKENIZER.encode("héllo") and doc["count"] == 6
     status, doc = server.request("POST", "/detokenize", {"tokens": doc["tokens"]})
     assert (status, doc["prompt"]) == (200, "héllo")
+    # vLLM's return_token_strs: each token's own text (a byte token's text when it has one)
+    status, doc = server.request("POST", "/tokenize", {"prompt": "hé", "return_token_strs": True})
+    assert status == 200 and doc["token_strs"] == ["h", "\ufffd", "\ufffd"]
+    status, doc = server.request("POST", "/tokenize", {"prompt": "hé"})
+    assert "token_strs" not in doc
     assert server.request("GET", "/health") == (200, {"status": "ok"})
     # vLLM's /tokenizer_info, which lm-eval reads to tokenize through the server
     status, doc = server.request("GET", "/tokenizer_info")

@@ -621,7 +621,13 @@ def create_llm_app(
             tokens = render_chat(body.messages, body.add_generation_prompt, body.tools, body)
         else:
             tokens = encode(body.prompt, add_special_tokens=body.add_special_tokens)
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+        out = {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+        if body.return_token_strs:  # the vocabulary's strings, as convert_ids_to_tokens gives
+            backend = getattr(tokenizer, "backend", None)
+            out["token_strs"] = [
+                backend.id_to_token(t) if backend is not None else token_text(t) for t in tokens
+            ]
+        return out
 
     @app.get("/tokenizer_info", dependencies=[Depends(authorized)])
     async def tokenizer_info() -> dict[str, Any]:

@@ -474,6 +474,7 @@ class TokenizeRequest(_ChatTemplateFields):
     tools: list[Tool] | None = None  # rendered with the messages, as a chat request's are
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool = False
 
     @pydantic.model_validator(mode="after")
     def _one_input(self):
