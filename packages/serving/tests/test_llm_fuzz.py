@@ -72,6 +72,16 @@ message = st.fixed_dictionaries(
         "content": clean_text
         | st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": clean_text})),
         "name": clean_text,
+        "tool_calls": st.lists(
+            st.fixed_dictionaries(
+                {
+                    "function": st.fixed_dictionaries(
+                        {"name": clean_text, "arguments": clean_text | st.just('{"a": [1]}')}
+                    )
+                }
+            ),
+            max_size=2,
+        ),
     },
 )
 CHAT = {
@@ -81,6 +91,8 @@ CHAT = {
     "max_completion_tokens": st.integers(0, 6),
     "logprobs": st.booleans(),
     "tool_choice": st.just("none"),
+    "add_generation_prompt": st.booleans(),
+    "continue_final_message": st.booleans(),
 }
 TOKENIZE = {"prompt": clean_text, "add_special_tokens": st.booleans()}
 DETOKENIZE = {"tokens": token_ids}

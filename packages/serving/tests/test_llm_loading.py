@@ -102,13 +102,15 @@ def test_an_hf_folders_chat_template_is_its_own_or_the_one_given(tmp_path):
     folder = nnlib.save_hf_checkpoint(nnlib.Transformer(config, rngs=nnx.Rngs(0)), tmp_path / "hf")
     # No template anywhere: none is guessed (chat requests are refused, naming --chat-template).
     assert load_model(folder).chat_template is None
-    (folder / "tokenizer_config.json").write_text(json.dumps({"chat_template": "old"}))
+    config = {"chat_template": "old", "bos_token": {"content": "<s>"}}
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
     (folder / "chat_template.jinja").write_text(TEMPLATE)  # transformers >= 4.43 reads it first
     hi = [{"role": "user", "content": "hi"}]
     assert load_model(folder).chat_template.render(hi) == "[user] hi\n[assistant]"
     given = tmp_path / "given.jinja"
-    given.write_text("<{{ messages[0]['content'] }}>")
-    assert load_model(folder, chat_template=given).chat_template.render(hi) == "<hi>"
+    given.write_text("{{ bos_token }}<{{ messages[0]['content'] }}>")
+    # the given template replaces the folder's own; its special tokens still come from the folder
+    assert load_model(folder, chat_template=given).chat_template.render(hi) == "<s><hi>"
     given.write_text("{% for %}")
     with pytest.raises(ConfigError, match=r"--chat-template .*given\.jinja: chat template line"):
         load_model(folder, chat_template=given)

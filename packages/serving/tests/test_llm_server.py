@@ -325,7 +325,17 @@ def test_models_tokenize_detokenize_health(server):
     assert status == 200 and doc["tokens"] == TOKENIZER.encode("héllo") and doc["count"] == 6
     status, doc = server.request("POST", "/detokenize", {"tokens": doc["tokens"]})
     assert (status, doc["prompt"]) == (200, "héllo")
+    # vLLM's return_token_strs: each token's own text (a byte token's text when it has one)
+    status, doc = server.request("POST", "/tokenize", {"prompt": "hé", "return_token_strs": True})
+    assert status == 200 and doc["token_strs"] == ["h", "\ufffd", "\ufffd"]
+    status, doc = server.request("POST", "/tokenize", {"prompt": "hé"})
+    assert "token_strs" not in doc
     assert server.request("GET", "/health") == (200, {"status": "ok"})
+    # vLLM's /tokenizer_info, which lm-eval reads to tokenize through the server
+    status, doc = server.request("GET", "/tokenizer_info")
+    assert status == 200 and doc["chat_template"] == DEFAULT_CHAT_TEMPLATE
+    assert doc["tokenizer_class"] == "ByteTokenizer" and doc["model_max_length"] == 160
+    assert doc["eos_token"] is None  # the byte tokenizer's ids 0-2 have no text
 
 
 @pytest.mark.parametrize(
@@ -438,6 +448,11 @@ def test_bad_completions_get_openai_errors(server, body, status, param, needle):
             "messages",
             "shorten the messages",
         ),
+        (
+            {"messages": [{"role": "user", "content": "hi"}], "continue_final_message": True},
+            "continue_final_message",
+            "set 'add_generation_prompt': false",
+        ),
     ],
 )
 def test_bad_chat_requests_get_openai_errors(server, body, param, needle):
@@ -518,6 +533,52 @@ def test_tools_for_a_template_that_cannot_show_them_are_refused(server):
     code, doc = server.request("POST", "/v1/chat/completions", body)
     assert (code, doc["error"]["param"]) == (400, "tools")
     assert "does not render tools" in doc["error"]["message"]
+
+
+def test_tools_and_tool_calls_reach_the_template_as_transformers_would_see_them(server):
+    # Tools keep the client's key order; a call's arguments sent back as JSON text (as OpenAI
+    # clients do) reach the template as the object they hold (as in vLLM).
+    from fastapi.testclient import TestClient
+
+    template = datalib.ChatTemplate(
+        "{% for t in tools %}{{ t | tojson }}{% endfor %}|{% for m in messages %}"
+        "{% for c in m.tool_calls or [] %}{{ c.function.arguments | tojson }}{% endfor %}"
+        "{% endfor %}"
+    )
+    app = create_llm_app(
+        server.engine, model_name=MODEL, tokenizer=TOKENIZER, chat_template=template
+    )
+    tool = {"function": {"parameters": {"type": "object"}, "name": "wx"}, "type": "function"}
+    call = {"id": "c1", "type": "function", "function": {"name": "wx", "arguments": '{"a": 1}'}}
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "ok"},
+    ]
+    response = TestClient(app).post("/tokenize", json={"messages": messages, "tools": [tool]})
+    text = TOKENIZER.decode(response.json()["tokens"])
+    assert text == json.dumps(tool) + "|" + '{"a": 1}'
+
+
+def test_continue_final_message_ends_the_prompt_inside_the_last_message(server):
+    messages = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "The answer is "},
+    ]
+    body = {"messages": messages, "continue_final_message": True, "add_generation_prompt": False}
+    status, doc = server.request("POST", "/tokenize", body)
+    assert status == 200
+    text = TOKENIZER.decode(doc["tokens"])
+    assert text == "<|im_start|>user\n2+2?<|im_end|>\n<|im_start|>assistant\nThe answer is "
+    # and a chat completion goes on from there, as a completion of that text would
+    extra = {"continue_final_message": True, "add_generation_prompt": False, "ignore_eos": True}
+    chat = server.client().chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=6, temperature=0.0, extra_body=extra
+    )
+    completion = server.client().completions.create(
+        model=MODEL, prompt=text, max_tokens=6, **greedy()
+    )
+    assert chat.choices[0].message.content == completion.choices[0].text
 
 
 def test_structured_output_through_the_openai_client(server):

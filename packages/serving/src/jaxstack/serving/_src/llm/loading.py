@@ -55,7 +55,7 @@ def load_model(
     """
     loaded = _load(pathlib.Path(path))
     if chat_template is not None:
-        loaded.chat_template = _template_file(pathlib.Path(chat_template))
+        loaded.chat_template = _template_file(pathlib.Path(chat_template), pathlib.Path(path))
     return loaded
 
 
@@ -187,12 +187,23 @@ def _end_tokens(path: pathlib.Path) -> tuple[int, ...]:
     return tuple(ids)
 
 
-def _template_file(path: pathlib.Path) -> datalib.ChatTemplate:
+def _template_file(path: pathlib.Path, model: pathlib.Path) -> datalib.ChatTemplate:
+    """The template in `path`, with the special tokens (bos_token, ...) of the model folder's
+    tokenizer_config.json, as vLLM's --chat-template keeps the tokenizer's."""
     try:
         source = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"--chat-template {path}: cannot read it ({e})") from None
+    config: dict[str, Any] = {}
+    config_file = model / "tokenizer_config.json"
+    if config_file.is_file():
+        try:
+            config = json.loads(config_file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ConfigError(f"{config_file}: cannot read it ({e})") from None
+        if not isinstance(config, dict):
+            raise ConfigError(f"{config_file}: is not a JSON object")
     try:
-        return datalib.ChatTemplate(source)
+        return datalib.ChatTemplate.from_tokenizer_config({**config, "chat_template": source})
     except datalib.Error as e:
         raise ConfigError(f"--chat-template {path}: {e}") from None

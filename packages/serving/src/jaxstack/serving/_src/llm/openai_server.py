@@ -1,7 +1,8 @@
 """The OpenAI-compatible HTTP front end of an AsyncEngine (FastAPI).
 
 Routes: /v1/completions, /v1/chat/completions (both streamable as server-sent events, with
-`stream_options.include_usage`), /v1/models, /tokenize, /detokenize, /health, /metrics.
+`stream_options.include_usage`), /v1/models, /tokenize, /detokenize, /tokenizer_info,
+/health, /metrics.
 Request bodies are the pydantic models of `protocol`. Errors use OpenAI's shape,
 `{"error": {"message", "type", "param", "code"}}`: 400 for bad fields (`param` names the
 field), 401 without the API key, 404 for unknown routes and models (`model_not_found`), 413
@@ -90,6 +91,27 @@ def _error(e: BaseException) -> JSONResponse:
         getattr(e, "code", None),
         getattr(e, "error_type", None),
     )
+
+
+# Appended to the last message to find where its content ends in the rendered prompt
+# (transformers' `continue_final_message` marker).
+_CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
+
+
+def _cut_at_continue_tag(text: str, final: str) -> str:
+    """The rendered prompt up to the end of the last message's content, as transformers'
+    `apply_chat_template(continue_final_message=True)` cuts it."""
+    tag = _CONTINUE_TAG.strip()
+    if final.strip() not in text or tag not in text:
+        raise InvalidFieldError(
+            "continue_final_message",
+            "the chat template does not write the last message's content as sent, so the "
+            "prompt cannot end inside it; leave 'continue_final_message' out",
+        )
+    at = text.rindex(tag)
+    if text[at : at + len(_CONTINUE_TAG)] == _CONTINUE_TAG:
+        return text[:at]
+    return text[:at].rstrip()  # the template trimmed the content's trailing space
 
 
 def _usage(prompt_tokens: int, completion_tokens: int) -> dict[str, int]:
@@ -327,20 +349,24 @@ def create_llm_app(
                     "see them; serve it with a --chat-template that does (a Hermes/Qwen2.5-style "
                     "one) or leave 'tools' out",
                 )
-            extra["tools"] = [t.model_dump(exclude_none=True) for t in tools]
+            extra["tools"] = [t.sent for t in tools]
         if body.documents is not None:
             extra["documents"] = body.documents
         extra |= body.chat_template_kwargs or {}
+        rendered = [m.for_template() for m in messages]
+        final = rendered[-1]["content"]
+        if body.continue_final_message:
+            rendered[-1]["content"] = final + _CONTINUE_TAG
         try:
             text = chat_template.render(
-                [m.model_dump() for m in messages],
-                add_generation_prompt=add_generation_prompt,
-                **extra,
+                rendered, add_generation_prompt=add_generation_prompt, **extra
             )
         except Exception as e:  # the template's own raise_exception, or a template bug
             raise InvalidFieldError(
                 "messages", f"the chat template cannot render these messages: {e}"
             ) from None
+        if body.continue_final_message:
+            text = _cut_at_continue_tag(text, final)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
@@ -595,7 +621,34 @@ def create_llm_app(
             tokens = render_chat(body.messages, body.add_generation_prompt, body.tools, body)
         else:
             tokens = encode(body.prompt, add_special_tokens=body.add_special_tokens)
-        return {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+        out = {"tokens": tokens, "count": len(tokens), "max_model_len": max_model_len}
+        if body.return_token_strs:  # the vocabulary's strings, as convert_ids_to_tokens gives
+            backend = getattr(tokenizer, "backend", None)
+            out["token_strs"] = [
+                backend.id_to_token(t) if backend is not None else token_text(t) for t in tokens
+            ]
+        return out
+
+    @app.get("/tokenizer_info", dependencies=[Depends(authorized)])
+    async def tokenizer_info() -> dict[str, Any]:
+        """vLLM's /tokenizer_info: what a client needs to tokenize through /tokenize (lm-eval
+        reads it to choose its remote tokenizer): the special tokens' text and the chat
+        template."""
+        named = chat_template.special_tokens if chat_template is not None else {}
+        backend = getattr(tokenizer, "backend", None)
+
+        def text(name: str) -> str | None:
+            token_id = getattr(tokenizer, f"{name}_id", None)
+            if f"{name}_token" in named:
+                return named[f"{name}_token"]
+            return backend.id_to_token(token_id) if None not in (backend, token_id) else None
+
+        return {
+            "tokenizer_class": type(tokenizer).__name__ if tokenizer is not None else None,
+            **{f"{name}_token": text(name) for name in ("bos", "eos", "pad", "unk")},
+            "chat_template": chat_template.source if chat_template is not None else None,
+            "model_max_length": max_model_len,
+        }
 
     @app.post("/detokenize", dependencies=[Depends(authorized)])
     async def detokenize(request: Request) -> dict[str, Any]:

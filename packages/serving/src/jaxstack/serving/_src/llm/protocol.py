@@ -16,7 +16,7 @@ import json
 from typing import Annotated, Any, ClassVar, Literal
 
 import pydantic
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, PlainValidator, PrivateAttr
 
 from jaxstack.serving._src.errors import InvalidFieldError, InvalidInputError
 from jaxstack.serving._src.llm.guided import StructuredOutput
@@ -152,6 +152,29 @@ class ChatMessage(BaseModel):
     def _extra_fields_are_text(self):
         _check_texts(self.model_extra)
         return self
+
+    def for_template(self) -> dict[str, Any]:
+        """The message as the chat template receives it. A tool call's `arguments` sent as
+        JSON text (as OpenAI clients send an earlier answer back) become the object they
+        hold, as vLLM does: templates write them with `tojson`, which would quote the text."""
+        message = self.model_dump()
+        calls = message.get("tool_calls")
+        if isinstance(calls, list):
+            message["tool_calls"] = [_arguments_parsed(call) for call in calls]
+        return message
+
+
+def _arguments_parsed(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not (isinstance(function, dict) and isinstance(function.get("arguments"), str)):
+        return call
+    try:
+        arguments = json.loads(function["arguments"])
+    except (ValueError, RecursionError):
+        return call  # not JSON: the template gets the text as it came
+    if not isinstance(arguments, dict):
+        return call
+    return {**call, "function": {**function, "arguments": arguments}}
 
 
 def _check_texts(value: Any) -> None:
@@ -300,9 +323,25 @@ class FunctionDefinition(BaseModel):
 
 
 class Tool(BaseModel):
+    """One tool, checked; `sent` is the JSON object as the client sent it, which the chat
+    template receives (as transformers would): templates write tools out key by key, so the
+    client's key order is kept."""
+
     model_config = _STRICT
     type: Literal["function"]
     function: FunctionDefinition
+    _sent: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @pydantic.model_validator(mode="wrap")
+    @classmethod
+    def _keep_as_sent(cls, data: Any, handler):
+        tool = handler(data)
+        tool._sent = data if isinstance(data, dict) else tool.model_dump(exclude_none=True)
+        return tool
+
+    @property
+    def sent(self) -> dict[str, Any]:
+        return self._sent
 
 
 class _FunctionName(BaseModel):
@@ -335,11 +374,24 @@ Documents = list[dict[Text, Text]]
 
 class _ChatTemplateFields(BaseModel):
     """What a chat request adds to the template's variables (vLLM's extensions): documents for
-    retrieval-augmented templates, and any other variable the template reads."""
+    retrieval-augmented templates, and any other variable the template reads; and
+    `continue_final_message`, which ends the prompt inside the last message (so the model
+    goes on with it) instead of after it."""
 
     model_config = _STRICT
     documents: Documents | None = None
     chat_template_kwargs: TemplateKwargs | None = None
+    continue_final_message: bool = False
+
+    @pydantic.model_validator(mode="after")
+    def _continue_or_generation_prompt(self):
+        if self.continue_final_message and getattr(self, "add_generation_prompt", False):
+            raise InvalidFieldError(
+                "continue_final_message",
+                "'continue_final_message' continues the last message, 'add_generation_prompt' "
+                "starts a new one; set 'add_generation_prompt': false",
+            )
+        return self
 
 
 class ChatCompletionRequest(_SamplingRequest, _ChatTemplateFields):
@@ -422,6 +474,7 @@ class TokenizeRequest(_ChatTemplateFields):
     tools: list[Tool] | None = None  # rendered with the messages, as a chat request's are
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+    return_token_strs: bool = False
 
     @pydantic.model_validator(mode="after")
     def _one_input(self):
