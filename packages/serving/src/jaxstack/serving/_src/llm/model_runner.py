@@ -1,14 +1,20 @@
 """The model runner: turns a scheduled batch into arrays, runs one jitted step, samples.
 
 A step is one flat row of tokens (all sequences' prefill chunks and decode tokens), padded
-to a bucket: the smallest of a few token counts (16, 32, ..., the token budget) that holds it;
-the sequence dimension is min(bucket, max_num_seqs). Every step of a running server therefore
-reuses one of a handful of compiled programs (per sampling variant), and `warmup` compiles
-them all before the first request. `num_compilations()` counts traces, for tests.
+to a bucket: the smallest of a few token counts (16, 32, ..., the token budget) that holds it.
+Its sequence dimension (the rows that attention groups by and sampling draws for) has buckets
+of its own, 1, 2, 4, ... up to max_num_seqs, chosen from the number of sequences in the step:
+a lone decode runs attention and sampling over 1 row, not 16. Large steps keep at least one
+sequence row per TOKENS_PER_ROW tokens (the attention tiles its queries 16 rows at a time, so
+fewer rows than that save little), which keeps the number of step shapes small. Every step of
+a running server therefore reuses one of a handful of compiled programs (per step shape and
+sampling variant), and `warmup` compiles them all before the first request.
+`num_compilations()` counts traces, for tests.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from typing import Any, NamedTuple
@@ -24,8 +30,10 @@ from jaxstack.serving._src.llm.block_manager import NULL_BLOCK
 from jaxstack.serving._src.llm.lora import set_adapter_rows
 from jaxstack.serving._src.llm.paged_cache import PagedKVCache
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
+from jaxstack.serving._src.models.batcher import default_batch_sizes
 
 MIN_BUCKET = 16
+TOKENS_PER_ROW = 16
 # The sampling programs a bucket compiles: (all_greedy, top_k_top_p). Greedy batches skip the
 # draw; sampled batches where no row limits top-k or top-p skip the full-vocabulary sort.
 SAMPLING_VARIANTS = ((True, False), (False, False), (False, True))
@@ -40,6 +48,11 @@ def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
         buckets.append(b)
         b *= 2
     return (*buckets, max(max_num_batched_tokens, MIN_BUCKET))
+
+
+def row_buckets(max_num_seqs: int) -> tuple[int, ...]:
+    """Sizes of a step's sequence dimension: powers of two, then max_num_seqs."""
+    return default_batch_sizes(max_num_seqs)
 
 
 class StepInputs(NamedTuple):
@@ -155,6 +168,9 @@ class ModelRunner:
         self.max_num_seqs = max_num_seqs
         self.max_logprobs = max_logprobs
         self.buckets = token_buckets(max_num_batched_tokens)
+        self.row_buckets = row_buckets(max_num_seqs)
+        # Steps run per (token bucket, row bucket): which programs serving actually uses.
+        self.steps_by_shape: collections.Counter[tuple[int, int]] = collections.Counter()
         dtype = jnp.dtype(self.config.dtype)
         self.k, self.v = PagedKVCache.zeros(self.config, num_blocks, block_size, dtype)
 
@@ -177,22 +193,41 @@ class ModelRunner:
     def bucket(self, num_tokens: int) -> int:
         return next(b for b in self.buckets if b >= num_tokens)
 
+    def step_rows(self, token_bucket: int, num_seqs: int) -> int:
+        """Sequence rows of a step: the row bucket of its sequences, and never fewer than
+        one per TOKENS_PER_ROW of its token bucket."""
+        floor = min(token_bucket // TOKENS_PER_ROW, self.max_num_seqs)
+        return next(r for r in self.row_buckets if r >= max(num_seqs, floor))
+
+    def step_shapes(self) -> list[tuple[int, int]]:
+        """(token bucket, sequence rows) of every step that can occur: from the fewest rows
+        its tokens allow to as many as it can hold sequences (one token each)."""
+        return [
+            (t, r)
+            for t in self.buckets
+            for r in self.row_buckets
+            if self.step_rows(t, 1) <= r <= self.step_rows(t, min(t, self.max_num_seqs))
+        ]
+
     @property
     def num_programs(self) -> int:
-        """Step programs `warmup` compiles: one per bucket and sampling variant."""
-        return len(self.buckets) * len(SAMPLING_VARIANTS)
+        """Step programs `warmup` compiles: one per step shape and sampling variant."""
+        return len(self.step_shapes()) * len(SAMPLING_VARIANTS)
 
     def warmup(self) -> None:
-        """Compile every bucket, greedy, sampling, and sampling with top-k/top-p, before
+        """Compile every step shape, greedy, sampling, and sampling with top-k/top-p, before
         serving."""
-        for t in self.buckets:
+        for t, r in self.step_shapes():
             for all_greedy, top_k_top_p in SAMPLING_VARIANTS:
-                self._run(self._empty_inputs(t), all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+                x = self._empty_inputs(t, r)
+                self._run(x, all_greedy=all_greedy, top_k_top_p=top_k_top_p)
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
-        t = self.bucket(batch.num_tokens)
-        x = self._empty_inputs(t)
         n_seqs = len(batch.seqs)
+        t = self.bucket(batch.num_tokens)
+        shape = (t, self.step_rows(t, n_seqs))
+        self.steps_by_shape[shape] += 1
+        x = self._empty_inputs(*shape)
         offsets, row = [], 0
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
             start = seq.num_computed_tokens
@@ -232,8 +267,9 @@ class ModelRunner:
         )
         return StepResult(sampled, prompt, offsets)
 
-    def _empty_inputs(self, t: int) -> StepInputs:
-        s = min(t, self.max_num_seqs)
+    def _empty_inputs(self, t: int, s: int | None = None) -> StepInputs:
+        """Zeroed inputs of t token rows and s sequence rows (default: as many as fit)."""
+        s = min(t, self.max_num_seqs) if s is None else s
         i32 = lambda *shape: np.zeros(shape, np.int32)
         slots = np.full((t,), NULL_BLOCK * self.block_size, np.int32)
         return StepInputs(
@@ -251,11 +287,20 @@ class ModelRunner:
         )
 
     def lower(
-        self, num_tokens: int, *, all_greedy: bool = True, top_k_top_p: bool = True
+        self,
+        num_tokens: int,
+        *,
+        num_seqs: int | None = None,
+        all_greedy: bool = True,
+        top_k_top_p: bool = True,
     ) -> jax.stages.Lowered:
-        """The step program of `num_tokens`' bucket, lowered on empty inputs: what a step
-        compiles to (`.compile().memory_analysis()`, `.as_text()`), without running it."""
-        x = self._empty_inputs(self.bucket(num_tokens))
+        """The program of a step of `num_tokens` tokens and `num_seqs` sequences (default: as
+        many as the tokens allow), lowered on empty inputs: what a step compiles to
+        (`.compile().memory_analysis()`, `.as_text()`), without running it."""
+        t = self.bucket(num_tokens)
+        n = min(num_tokens, self.max_num_seqs) if num_seqs is None else num_seqs
+        s = self.step_rows(t, n)
+        x = self._empty_inputs(t, s)
         args, static = self._step_args(
             x, (), all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=False
         )
