@@ -105,7 +105,7 @@ def test_only_batches_that_limit_top_k_or_top_p_sort_the_vocabulary(model):
     runner = LLM(model, **ENGINE).engine.runner
 
     def sorts(**variant) -> bool:
-        return " sort(" in runner.lower(ENGINE["max_num_seqs"], **variant).compile().as_text()
+        return " sort(" in runner.lower_sampling(8, **variant).compile().as_text()
 
     assert not sorts(all_greedy=True)
     assert not sorts(all_greedy=False, top_k_top_p=False)
@@ -133,7 +133,8 @@ def test_a_steps_sequence_rows_follow_its_sequences_not_its_tokens(model):
     assert runner.step_shapes() == [
         (16, 1), (16, 2), (16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8)
     ]  # fmt: skip
-    assert runner.num_programs == 9 * 3
+    # The model per step shape; sampling per row bucket x (greedy, sampled, top-k/top-p).
+    assert runner.num_programs == 9 + 4 * 3
     greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     llm.generate([[1, 2, 3, 4, 5]], greedy)
     assert runner.steps_by_shape == {(16, 1): 4}  # the prefill and three decodes

@@ -6,10 +6,12 @@ Its sequence dimension (the rows that attention groups by and sampling draws for
 of its own, 1, 2, 4, ... up to max_num_seqs, chosen from the number of sequences in the step:
 a lone decode runs attention and sampling over 1 row, not 16. Large steps keep at least one
 sequence row per TOKENS_PER_ROW tokens (the attention tiles its queries 16 rows at a time, so
-fewer rows than that save little), which keeps the number of step shapes small. Every step of
-a running server therefore reuses one of a handful of compiled programs (per step shape and
-sampling variant), and `warmup` compiles them all before the first request.
-`num_compilations()` counts traces, for tests.
+fewer rows than that save little), which keeps the number of step shapes small. A step is two
+programs run back to back on device: the model (one per step shape) and sampling over its
+last-token logits (one per row bucket and sampling variant), so a variant does not compile
+the model again. Every step of a running server therefore reuses a handful of compiled
+programs, and `warmup` compiles them all before the first request. `num_compilations()`
+counts traces, for tests.
 """
 
 from __future__ import annotations
@@ -95,26 +97,12 @@ def num_compilations() -> int:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "block_size", "num_top", "all_greedy", "top_k_top_p", "scores"),
+    static_argnames=("graphdef", "block_size", "num_top", "scores"),
     donate_argnames=("k", "v"),
 )
-def _forward(
-    graphdef,
-    state,
-    k,
-    v,
-    x: StepInputs,
-    s,
-    penalties,
-    *,
-    block_size,
-    num_top,
-    all_greedy,
-    top_k_top_p,
-    scores,
-):
-    """One engine step: the model over the flat token row, then sampling at each sequence's
-    last row (and, for prompt log-probabilities, scores at every row)."""
+def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, num_top, scores):
+    """One engine step's model: the flat token row through the model, float32 logits at each
+    sequence's last row (and, for prompt log-probabilities, scores at every row)."""
     global _traces
     _traces += 1  # runs only while tracing
     model = nnx.merge(graphdef, state, copy=True)
@@ -133,17 +121,24 @@ def _forward(
         x.tokens[None], x.positions[None], x.segment_ids[None], cache
     )
     hidden = hidden[0]
-    logits = model.unembed(hidden[x.logits_indices])
-    sampled = sampler.sample(
-        logits, s, penalties, num_top=num_top, all_greedy=all_greedy, top_k_top_p=top_k_top_p
-    )
+    logits = model.unembed(hidden[x.logits_indices]).astype(jnp.float32)
     prompt = None
     if scores:
         raw = jax.nn.log_softmax(model.unembed(hidden), axis=-1)
         nxt = jnp.take_along_axis(raw, x.next_tokens[:, None], axis=-1)[:, 0]
         top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
         prompt = (nxt, top_ids.astype(jnp.int32), top_logprobs)
-    return sampled, prompt, cache.k, cache.v
+    return logits, prompt, cache.k, cache.v
+
+
+@functools.partial(jax.jit, static_argnames=("num_top", "all_greedy", "top_k_top_p"))
+def _sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
+    """One engine step's sampling, on the logits `_forward` left on device."""
+    global _traces
+    _traces += 1  # runs only while tracing
+    return sampler.sample(
+        logits, s, penalties, num_top=num_top, all_greedy=all_greedy, top_k_top_p=top_k_top_p
+    )
 
 
 class ModelRunner:
@@ -211,14 +206,19 @@ class ModelRunner:
 
     @property
     def num_programs(self) -> int:
-        """Step programs `warmup` compiles: one per step shape and sampling variant."""
-        return len(self.step_shapes()) * len(SAMPLING_VARIANTS)
+        """Programs `warmup` compiles: the model per step shape, sampling per row bucket and
+        sampling variant."""
+        shapes = self.step_shapes()
+        return len(shapes) + len({r for _, r in shapes}) * len(SAMPLING_VARIANTS)
 
     def warmup(self) -> None:
-        """Compile every step shape, greedy, sampling, and sampling with top-k/top-p, before
-        serving."""
+        """Compile every step shape, and for each row bucket greedy, sampling, and sampling
+        with top-k/top-p, before serving."""
+        sampled_rows = set()
         for t, r in self.step_shapes():
-            for all_greedy, top_k_top_p in SAMPLING_VARIANTS:
+            variants = SAMPLING_VARIANTS[:1] if r in sampled_rows else SAMPLING_VARIANTS
+            sampled_rows.add(r)
+            for all_greedy, top_k_top_p in variants:
                 x = self._empty_inputs(t, r)
                 self._run(x, all_greedy=all_greedy, top_k_top_p=top_k_top_p)
 
@@ -286,42 +286,51 @@ class ModelRunner:
             i32(t),
         )
 
-    def lower(
-        self,
-        num_tokens: int,
-        *,
-        num_seqs: int | None = None,
-        all_greedy: bool = True,
-        top_k_top_p: bool = True,
-    ) -> jax.stages.Lowered:
-        """The program of a step of `num_tokens` tokens and `num_seqs` sequences (default: as
-        many as the tokens allow), lowered on empty inputs: what a step compiles to
-        (`.compile().memory_analysis()`, `.as_text()`), without running it."""
+    def lower(self, num_tokens: int, *, num_seqs: int | None = None) -> jax.stages.Lowered:
+        """The model program of a step of `num_tokens` tokens and `num_seqs` sequences
+        (default: as many as the tokens allow), lowered on empty inputs: what a step compiles
+        to (`.compile().memory_analysis()`, `.as_text()`), without running it."""
         t = self.bucket(num_tokens)
         n = min(num_tokens, self.max_num_seqs) if num_seqs is None else num_seqs
-        s = self.step_rows(t, n)
-        x = self._empty_inputs(t, s)
-        args, static = self._step_args(
-            x, (), all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=False
-        )
+        args, static = self._step_args(self._empty_inputs(t, self.step_rows(t, n)), scores=False)
         return _forward.lower(*args, **static)
 
+    def lower_sampling(
+        self, num_seqs: int, *, all_greedy: bool = True, top_k_top_p: bool = True
+    ) -> jax.stages.Lowered:
+        """The sampling program of a step of `num_seqs` sequences, lowered on empty inputs."""
+        s = next(r for r in self.row_buckets if r >= num_seqs)
+        logits = jax.ShapeDtypeStruct((s, self.config.vocab_size), jnp.float32)
+        inputs, penalties = self._sampling_args(s, ())
+        static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        return _sample.lower(logits, inputs, penalties, **static)
+
     def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, top_k_top_p=True, scores=False):
-        args, static = self._step_args(
-            x, seqs, all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=scores
-        )
-        sampled, prompt, self.k, self.v = _forward(*args, **static)
+        args, static = self._step_args(x, scores=scores)
+        logits, prompt, self.k, self.v = _forward(*args, **static)
+        inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
+        static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        sampled = _sample(logits, inputs, penalties, **static)
         sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
         if prompt is not None:
             prompt = PromptScores(*jax.device_get(prompt))
         return sampled, prompt
 
-    def _step_args(
-        self, x: StepInputs, seqs, *, all_greedy: bool, scores: bool, top_k_top_p: bool = True
-    ):
-        """`_forward`'s arguments for one step: the cache, the inputs, and per-sequence
-        sampling settings (padding rows get neutral ones)."""
-        s = x.kv_lens.shape[0]
+    def _step_args(self, x: StepInputs, *, scores: bool):
+        """`_forward`'s arguments for one step: the weights, the cache and the inputs."""
+        args = (self.graphdef, self.state, self.k, self.v, x)
+        return args, dict(block_size=self.block_size, num_top=self.max_logprobs, scores=scores)
+
+    def _sampling_static(self, *, all_greedy: bool, top_k_top_p: bool) -> dict:
+        return dict(
+            num_top=self.max_logprobs,
+            all_greedy=all_greedy,
+            top_k_top_p=top_k_top_p and not all_greedy,
+        )
+
+    def _sampling_args(self, s: int, seqs):
+        """`_sample`'s per-sequence settings for s rows (padding rows get neutral ones), and
+        the per-token penalties when some sequence needs them."""
         f32 = lambda fill: np.full((s,), fill, np.float32)
         inputs = sampler.SamplingInputs(
             f32(0.0),
@@ -361,12 +370,4 @@ class ModelRunner:
                 if q.guided is not None:
                     bias[i, ~q.guided.allowed()] = -np.inf
             penalties = sampler.Penalties(counts, prompt_mask, bias)
-        args = (self.graphdef, self.state, self.k, self.v, x, inputs, penalties)
-        static = dict(
-            block_size=self.block_size,
-            num_top=self.max_logprobs,
-            all_greedy=all_greedy,
-            top_k_top_p=top_k_top_p and not all_greedy,
-            scores=scores,
-        )
-        return args, static
+        return inputs, penalties
