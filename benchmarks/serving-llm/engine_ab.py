@@ -14,6 +14,9 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py sampling   # the top-k/top-p sort
     .venv/bin/python benchmarks/serving-llm/engine_ab.py budget --rounds 3 --json out.json
     .venv/bin/python benchmarks/serving-llm/engine_ab.py rows-c1    # sequence-row buckets
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py int8-c1    # weight-only int8, d=512
+
+A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from conditions import conditions_markdown, measure_conditions
 
 # nnlib's `tiny` preset is the issue's model but for its vocabulary and context.
 MODEL = nnlib.get_preset("tiny").replace(vocab_size=8000, max_seq_len=8192)
+# Issue 31's goal 3 asks for d >= 512: 8 heads of 64, MLP 1,536 (benchmarks/quant's d512).
+D512 = MODEL.replace(d_model=512, num_heads=8, num_kv_heads=8, mlp_dim=1536)
 PROMPT_LEN, OUTPUT_LEN = 128, 128
 BASE = dict(max_num_seqs=32, max_num_batched_tokens=256)
 GREEDY = dict(temperature=0.0)
@@ -61,6 +66,12 @@ def rows_suite(concurrency: int) -> tuple:
             "rows = row bucket of the sequences": (options, SAMPLED),
         },
     )
+
+
+def tokens_from_16(llm: LLM) -> None:
+    """The step's token buckets as before: none below 16."""
+    runner = llm.engine.runner
+    runner.buckets = tuple(b for b in runner.buckets if b >= 16)
 
 
 # suite -> (concurrency, {variant: (engine options, sampling parameters[, change to the LLM])})
@@ -99,7 +110,35 @@ SUITES = {
     ),
     "rows-c1": rows_suite(1),
     "rows-c8": rows_suite(8),
+    # Token buckets from 2 (a lone decode's model runs 2 token rows) or from 16 as before.
+    "tokens-c1": (
+        1,
+        {
+            "token buckets from 16": (dict(max_model_len=2048), SAMPLED, tokens_from_16),
+            "token buckets from 2": (dict(max_model_len=2048), SAMPLED),
+        },
+    ),
+    # Goal 3: weight-only int8 (quantlib's `int8` preset, per-channel, every Dense) through LLM.
+    **{
+        f"int8-c{c}": (
+            c,
+            {
+                name: (dict(max_model_len=2048, quant=quant), SAMPLED)
+                for name, quant in (("float32", None), ("int8 weight-only", "int8"))
+            },
+            D512,
+        )
+        for c in (1, 8)
+    },
 }
+
+
+def quantized(model: nnlib.Transformer, preset: str | None) -> nnlib.Transformer:
+    if preset is None:
+        return model
+    from jaxstack import quantlib
+
+    return quantlib.quantize(model, quantlib.PtqProvider(quantlib.PRESETS[preset]))
 
 
 def load() -> float:
@@ -143,7 +182,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="write the per-round numbers here")
     args = parser.parse_args()
-    with measure_conditions(packages=["jax", "jaxlib", "jaxstack-serving"]) as conditions:
+    with measure_conditions(
+        packages=["jax", "jaxlib", "jaxstack-serving", "jaxstack-quantlib"]
+    ) as conditions:
         rows, loads = run(args)
     meta = conditions.as_dict()
     print(conditions_markdown(meta))
@@ -155,11 +196,12 @@ def main() -> None:
 
 def run(args) -> tuple[dict, dict]:
     loads = {"before": load()}
-    concurrency, variants = SUITES[args.suite]
-    model = nnlib.Transformer(MODEL, rngs=nnx.Rngs(0))
+    concurrency, variants, *config = SUITES[args.suite]
+    model = nnlib.Transformer(config[0] if config else MODEL, rngs=nnx.Rngs(0))
     llms = {}
     for name, (opts, _, *change) in variants.items():
-        llms[name] = LLM(model, **{**BASE, **opts})
+        opts = dict(opts)
+        llms[name] = LLM(quantized(model, opts.pop("quant", None)), **{**BASE, **opts})
         for f in change:
             f(llms[name])
     params = {
@@ -167,7 +209,8 @@ def run(args) -> tuple[dict, dict]:
         for name, (_, sampling, *_) in variants.items()
     }
     rng = np.random.default_rng(0)
-    prompts = [rng.integers(3, MODEL.vocab_size, PROMPT_LEN).tolist() for _ in range(concurrency)]
+    vocab = model.config.vocab_size
+    prompts = [rng.integers(3, vocab, PROMPT_LEN).tolist() for _ in range(concurrency)]
     for name, llm in llms.items():  # compile the shapes a round uses
         one_round(llm, prompts, params[name])
     names = list(llms)

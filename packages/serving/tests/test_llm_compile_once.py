@@ -40,6 +40,7 @@ def test_serving_after_warmup_compiles_nothing_in_a_fresh_process():
     )
     assert done.returncode == 0, done.stderr[-2000:]
     warm, after, programs = map(int, done.stdout.split())
-    # The model for one token bucket (16) x three row buckets (1, 2 and 4 sequences), and
-    # sampling for each row bucket x greedy, sampling, sampling with top-k/top-p.
-    assert (warm, after, programs) == (12, 12, 12)
+    # The model for 11 step shapes (2, 4, 8 and 16 tokens x 1, 2 and 4 sequences, no more
+    # sequences than tokens), and sampling for each row bucket x greedy, sampling, sampling
+    # with top-k/top-p.
+    assert (warm, after, programs) == (20, 20, 20)

@@ -1,10 +1,11 @@
 """The model runner: turns a scheduled batch into arrays, runs one jitted step, samples.
 
 A step is one flat row of tokens (all sequences' prefill chunks and decode tokens), padded
-to a bucket: the smallest of a few token counts (16, 32, ..., the token budget) that holds it.
+to a bucket: the smallest of a few token counts (2, 4, 8, ..., the token budget) that holds it.
 Its sequence dimension (the rows that attention groups by and sampling draws for) has buckets
 of its own, 1, 2, 4, ... up to max_num_seqs, chosen from the number of sequences in the step:
-a lone decode runs attention and sampling over 1 row, not 16. Large steps keep at least one
+a lone decode runs the model over 2 token rows (1 would copy the KV cache: `token_buckets`) and
+attention and sampling over 1 sequence row. Large steps keep at least one
 sequence row per TOKENS_PER_ROW tokens (the attention tiles its queries 16 rows at a time, so
 fewer rows than that save little), which keeps the number of step shapes small. A step is two
 programs run back to back on device: the model (one per step shape) and sampling over its
@@ -34,7 +35,7 @@ from jaxstack.serving._src.llm.paged_cache import PagedKVCache
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
 from jaxstack.serving._src.models.batcher import default_batch_sizes
 
-MIN_BUCKET = 16
+MIN_BUCKET = 2
 TOKENS_PER_ROW = 16
 # The sampling programs a bucket compiles: (all_greedy, top_k_top_p). Greedy batches skip the
 # draw; sampled batches where no row limits top-k or top-p skip the full-vocabulary sort.
@@ -44,7 +45,7 @@ SAMPLING_VARIANTS = ((True, False), (False, False), (False, True))
 def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
     """Step sizes, never below MIN_BUCKET rows: with a single row XLA rewrites the cache
     scatter as a dynamic-update-slice that it does not do in place (a copy of the whole cache
-    per layer and step, ~40x slower decode at 1,024 blocks)."""
+    per layer and step, ~40x slower decode at 1,024 blocks); two rows stay a scatter."""
     buckets, b = [], MIN_BUCKET
     while b < max_num_batched_tokens:
         buckets.append(b)
