@@ -74,6 +74,24 @@ def tokens_from_16(llm: LLM) -> None:
     runner.buckets = tuple(b for b in runner.buckets if b >= 16)
 
 
+class HashedEveryCall:
+    """The model's GraphDef as a static argument hashed on every call, as before."""
+
+    def __init__(self, key):
+        self.value = key.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:  # the same object: no comparison of trees
+        return self is other or getattr(other, "value", None) == self.value
+
+
+def graphdef_hashed_every_call(llm: LLM) -> None:
+    runner = llm.engine.runner
+    runner.graphdef_key = HashedEveryCall(runner.graphdef_key)
+
+
 # suite -> (concurrency, {variant: (engine options, sampling parameters[, change to the LLM])})
 SUITES = {
     # Goal 1 of issue 31: cost follows the work, not the cache's capacity or context limit.
@@ -116,6 +134,18 @@ SUITES = {
         {
             "token buckets from 16": (dict(max_model_len=2048), SAMPLED, tokens_from_16),
             "token buckets from 2": (dict(max_model_len=2048), SAMPLED),
+        },
+    ),
+    # jit's hash of the model's GraphDef (a static argument) on every step, or once.
+    "hash-c1": (
+        1,
+        {
+            "GraphDef hashed every step": (
+                dict(max_model_len=2048),
+                SAMPLED,
+                graphdef_hashed_every_call,
+            ),
+            "GraphDef hashed once": (dict(max_model_len=2048), SAMPLED),
         },
     ),
     # Goal 3: weight-only int8 (quantlib's `int8` preset, per-channel, every Dense) through LLM.

@@ -90,6 +90,25 @@ class StepResult:
 _traces = 0
 
 
+class HashedOnce:
+    """A static jit argument whose hash is computed once: jit hashes its static arguments on
+    every call, and an nnx GraphDef hashes its whole module tree (0.3 ms per step at d=512)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashedOnce) and (
+            self.value is other.value or self.value == other.value
+        )
+
+
 def num_compilations() -> int:
     """Programs compiled for engine steps so far, in this process (all engines share them:
     engines of the same model structure and cache shape reuse each other's programs)."""
@@ -106,7 +125,7 @@ def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, num_top, score
     sequence's last row (and, for prompt log-probabilities, scores at every row)."""
     global _traces
     _traces += 1  # runs only while tracing
-    model = nnx.merge(graphdef, state, copy=True)
+    model = nnx.merge(graphdef.value, state, copy=True)
     set_adapter_rows(model, x.adapter_rows)
     cache = PagedKVCache(
         k,
@@ -159,6 +178,7 @@ class ModelRunner:
         self.config = model.config
         self.model = model
         self.graphdef, self.state = nnx.split(model)
+        self.graphdef_key = HashedOnce(self.graphdef)
         self.block_size = block_size
         self.blocks_per_seq = -(-max_model_len // block_size)
         self.max_num_seqs = max_num_seqs
@@ -184,6 +204,7 @@ class ModelRunner:
             )
         nnx.update(self.model, params)
         self.graphdef, self.state = nnx.split(self.model)
+        self.graphdef_key = HashedOnce(self.graphdef)
 
     # --------------------------------------------------------------------------------- host
     def bucket(self, num_tokens: int) -> int:
@@ -319,7 +340,7 @@ class ModelRunner:
 
     def _step_args(self, x: StepInputs, *, scores: bool):
         """`_forward`'s arguments for one step: the weights, the cache and the inputs."""
-        args = (self.graphdef, self.state, self.k, self.v, x)
+        args = (self.graphdef_key, self.state, self.k, self.v, x)
         return args, dict(block_size=self.block_size, num_top=self.max_logprobs, scores=scores)
 
     def _sampling_static(self, *, all_greedy: bool, top_k_top_p: bool) -> dict:
