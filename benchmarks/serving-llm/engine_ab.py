@@ -136,6 +136,15 @@ SUITES = {
             "token buckets from 2": (dict(max_model_len=2048), SAMPLED),
         },
     ),
+    # One variant, issue 31's settings: to compare two versions of the engine, run it under each
+    # (e.g. PYTHONPATH=<other checkout>/packages/serving/src), alternating.
+    **{
+        f"defaults-c{c}": (
+            c,
+            {"defaults": (dict(max_model_len=2048, max_num_batched_tokens=2048), SAMPLED)},
+        )
+        for c in (1, 8, 32)
+    },
     # jit's hash of the model's GraphDef (a static argument) on every step, or once.
     "hash-c1": (
         1,
