@@ -7,11 +7,16 @@ tokens x 128 output tokens (`ignore_eos`), the order of the variants rotating fr
 round so that load from other processes falls on all of them alike. Per variant and round:
 TPOT, the mean time of the steps in which every sequence decodes (no prefill chunk); the
 time until every request has its first token (TTFT, all); and output tokens/s over the round.
-The load average is recorded before, during (every round) and after, next to every number.
+The load average is recorded before, during (every round) and after, next to every number,
+with the machine and versions (`benchmarks/conditions.py`); `--json` writes them all.
 
     .venv/bin/python benchmarks/serving-llm/engine_ab.py capacity   # cost vs cache capacity
     .venv/bin/python benchmarks/serving-llm/engine_ab.py sampling   # the top-k/top-p sort
     .venv/bin/python benchmarks/serving-llm/engine_ab.py budget --rounds 3 --json out.json
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py rows-c1    # sequence-row buckets
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py int8-c1    # weight-only int8, d=512
+
+A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -28,13 +35,64 @@ from flax import nnx
 from jaxstack import nnlib
 from jaxstack.serving import LLM, SamplingParams
 
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
+from conditions import conditions_markdown, measure_conditions
+
 # nnlib's `tiny` preset is the issue's model but for its vocabulary and context.
 MODEL = nnlib.get_preset("tiny").replace(vocab_size=8000, max_seq_len=8192)
+# Issue 31's goal 3 asks for d >= 512: 8 heads of 64, MLP 1,536 (benchmarks/quant's d512).
+D512 = MODEL.replace(d_model=512, num_heads=8, num_kv_heads=8, mlp_dim=1536)
 PROMPT_LEN, OUTPUT_LEN = 128, 128
 BASE = dict(max_num_seqs=32, max_num_batched_tokens=256)
 GREEDY = dict(temperature=0.0)
 SAMPLED = dict(temperature=0.8)  # the issue's client setting
-# suite -> (concurrency, {variant: (engine options, sampling parameters)})
+
+
+def rows_as_tokens(llm: LLM) -> None:
+    """The step's sequence rows as before row buckets: min(token bucket, max_num_seqs)."""
+    runner = llm.engine.runner
+    empty_inputs = type(runner)._empty_inputs
+    runner._empty_inputs = lambda t, s=None: empty_inputs(runner, t)
+
+
+def rows_suite(concurrency: int) -> tuple:
+    """Sequence rows sized by the step's tokens (before) or by its sequences (now), at the
+    issue's client setting and server limits (max_model_len 2,048, default cache)."""
+    options = dict(max_model_len=2048, max_num_batched_tokens=2048)
+    return (
+        concurrency,
+        {
+            "rows = min(token bucket, max_num_seqs)": (options, SAMPLED, rows_as_tokens),
+            "rows = row bucket of the sequences": (options, SAMPLED),
+        },
+    )
+
+
+def tokens_from_16(llm: LLM) -> None:
+    """The step's token buckets as before: none below 16."""
+    runner = llm.engine.runner
+    runner.buckets = tuple(b for b in runner.buckets if b >= 16)
+
+
+class HashedEveryCall:
+    """The model's GraphDef as a static argument hashed on every call, as before."""
+
+    def __init__(self, key):
+        self.value = key.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __eq__(self, other: object) -> bool:  # the same object: no comparison of trees
+        return self is other or getattr(other, "value", None) == self.value
+
+
+def graphdef_hashed_every_call(llm: LLM) -> None:
+    runner = llm.engine.runner
+    runner.graphdef_key = HashedEveryCall(runner.graphdef_key)
+
+
+# suite -> (concurrency, {variant: (engine options, sampling parameters[, change to the LLM])})
 SUITES = {
     # Goal 1 of issue 31: cost follows the work, not the cache's capacity or context limit.
     "capacity": (
@@ -68,7 +126,58 @@ SUITES = {
             for t in (256, 512, 1024, 2048)
         },
     ),
+    "rows-c1": rows_suite(1),
+    "rows-c8": rows_suite(8),
+    # Token buckets from 2 (a lone decode's model runs 2 token rows) or from 16 as before.
+    "tokens-c1": (
+        1,
+        {
+            "token buckets from 16": (dict(max_model_len=2048), SAMPLED, tokens_from_16),
+            "token buckets from 2": (dict(max_model_len=2048), SAMPLED),
+        },
+    ),
+    # One variant, issue 31's settings: to compare two versions of the engine, run it under each
+    # (e.g. PYTHONPATH=<other checkout>/packages/serving/src), alternating.
+    **{
+        f"defaults-c{c}": (
+            c,
+            {"defaults": (dict(max_model_len=2048, max_num_batched_tokens=2048), SAMPLED)},
+        )
+        for c in (1, 8, 32)
+    },
+    # jit's hash of the model's GraphDef (a static argument) on every step, or once.
+    "hash-c1": (
+        1,
+        {
+            "GraphDef hashed every step": (
+                dict(max_model_len=2048),
+                SAMPLED,
+                graphdef_hashed_every_call,
+            ),
+            "GraphDef hashed once": (dict(max_model_len=2048), SAMPLED),
+        },
+    ),
+    # Goal 3: weight-only int8 (quantlib's `int8` preset, per-channel, every Dense) through LLM.
+    **{
+        f"int8-c{c}": (
+            c,
+            {
+                name: (dict(max_model_len=2048, quant=quant), SAMPLED)
+                for name, quant in (("float32", None), ("int8 weight-only", "int8"))
+            },
+            D512,
+        )
+        for c in (1, 8)
+    },
 }
+
+
+def quantized(model: nnlib.Transformer, preset: str | None) -> nnlib.Transformer:
+    if preset is None:
+        return model
+    from jaxstack import quantlib
+
+    return quantlib.quantize(model, quantlib.PtqProvider(quantlib.PRESETS[preset]))
 
 
 def load() -> float:
@@ -112,16 +221,35 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", help="write the per-round numbers here")
     args = parser.parse_args()
+    with measure_conditions(
+        packages=["jax", "jaxlib", "jaxstack-serving", "jaxstack-quantlib"]
+    ) as conditions:
+        rows, loads = run(args)
+    meta = conditions.as_dict()
+    print(conditions_markdown(meta))
+    if args.json:
+        with open(args.json, "w") as f:
+            out = {"suite": args.suite, "rows": rows, "load": loads, "conditions": meta}
+            json.dump(out, f, indent=1)
+
+
+def run(args) -> tuple[dict, dict]:
     loads = {"before": load()}
-    concurrency, variants = SUITES[args.suite]
-    model = nnlib.Transformer(MODEL, rngs=nnx.Rngs(0))
-    llms = {name: LLM(model, **{**BASE, **opts}) for name, (opts, _) in variants.items()}
+    concurrency, variants, *config = SUITES[args.suite]
+    model = nnlib.Transformer(config[0] if config else MODEL, rngs=nnx.Rngs(0))
+    llms = {}
+    for name, (opts, _, *change) in variants.items():
+        opts = dict(opts)
+        llms[name] = LLM(quantized(model, opts.pop("quant", None)), **{**BASE, **opts})
+        for f in change:
+            f(llms[name])
     params = {
         name: SamplingParams(max_tokens=OUTPUT_LEN, ignore_eos=True, seed=0, **sampling)
-        for name, (_, sampling) in variants.items()
+        for name, (_, sampling, *_) in variants.items()
     }
     rng = np.random.default_rng(0)
-    prompts = [rng.integers(3, MODEL.vocab_size, PROMPT_LEN).tolist() for _ in range(concurrency)]
+    vocab = model.config.vocab_size
+    prompts = [rng.integers(3, vocab, PROMPT_LEN).tolist() for _ in range(concurrency)]
     for name, llm in llms.items():  # compile the shapes a round uses
         one_round(llm, prompts, params[name])
     names = list(llms)
@@ -146,9 +274,7 @@ def main() -> None:
         for name in names:
             values = [row[metric] * scale for row in rows[name]]
             print(f"  {name:40s} {summary(values, [row[metric] * scale for row in rows[ref]])}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"suite": args.suite, "rows": rows, "load": loads}, f, indent=1)
+    return rows, loads
 
 
 if __name__ == "__main__":

@@ -10,11 +10,12 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 from flax import nnx
 
 from jaxstack import nnlib
-from jaxstack.serving import LLM
+from jaxstack.serving import LLM, SamplingParams
 
 ENGINE = dict(max_num_seqs=8, max_num_batched_tokens=64)
 
@@ -104,7 +105,7 @@ def test_only_batches_that_limit_top_k_or_top_p_sort_the_vocabulary(model):
     runner = LLM(model, **ENGINE).engine.runner
 
     def sorts(**variant) -> bool:
-        return " sort(" in runner.lower(ENGINE["max_num_seqs"], **variant).compile().as_text()
+        return " sort(" in runner.lower_sampling(8, **variant).compile().as_text()
 
     assert not sorts(all_greedy=True)
     assert not sorts(all_greedy=False, top_k_top_p=False)
@@ -113,9 +114,61 @@ def test_only_batches_that_limit_top_k_or_top_p_sort_the_vocabulary(model):
 
 def test_a_one_token_budget_still_updates_the_cache_in_place(long_model):
     # One row makes XLA turn the scatter into a dynamic-update-slice that it does not do in
-    # place (a copy of the whole cache per layer); steps are padded to at least 16 rows.
+    # place (a copy of the whole cache per layer); steps are padded to at least 2 rows.
     options = dict(LONG, max_num_seqs=1, max_num_batched_tokens=1, num_blocks=1024)
     runner = LLM(long_model, **options).engine.runner
     compiled = runner.lower(1).compile()
     layer_bytes = runner.k.nbytes // long_model.config.num_layers
     assert large_buffers(compiled.as_text(), layer_bytes // 8) == []
+
+
+def test_a_steps_sequence_rows_follow_its_sequences_not_its_tokens(model):
+    # Attention groups and sampling rows are per sequence, token rows per token: a lone decode
+    # padded to a 16-token step with 16 sequence rows did 8x the model's work and 16x the
+    # attention's and sampling's that it needed.
+    llm = LLM(model, **ENGINE)
+    runner = llm.engine.runner
+    assert runner.buckets == (2, 4, 8, 16, 32, 64)  # never 1 token: see the 1-token budget
+    assert runner.row_buckets == (1, 2, 4, 8)
+    # Rows from one per 16 tokens to one per token, at most max_num_seqs.
+    assert runner.step_shapes() == [
+        (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4), (8, 8),
+        (16, 1), (16, 2), (16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8),
+    ]  # fmt: skip
+    # The model per step shape; sampling per row bucket x (greedy, sampled, top-k/top-p).
+    assert runner.num_programs == 18 + 4 * 3
+    greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+    llm.generate([[1, 2, 3, 4, 5]], greedy)
+    assert runner.steps_by_shape == {(8, 1): 1, (2, 1): 3}  # the prefill, three decodes
+    runner.steps_by_shape.clear()
+    llm.generate([[1, 2, 3], [4, 5, 6], [7, 8, 9]], greedy)
+    assert runner.steps_by_shape == {(16, 4): 1, (4, 4): 3}
+    runner.steps_by_shape.clear()
+    llm.generate([list(range(1, 41))], greedy)
+    assert runner.steps_by_shape == {(64, 4): 1, (2, 1): 3}
+
+
+def test_the_one_sequence_step_updates_the_cache_in_place(long_model):
+    runner = LLM(long_model, **LONG, num_blocks=4096).engine.runner
+    compiled = runner.lower(1).compile()
+    assert compiled.memory_analysis().alias_size_in_bytes == runner.k.nbytes + runner.v.nbytes
+    layer_bytes = runner.k.nbytes // long_model.config.num_layers
+    assert large_buffers(compiled.as_text(), layer_bytes // 8) == []
+
+
+def test_fewer_sequence_rows_give_the_same_tokens_and_log_probabilities(model):
+    # The same requests through the 2-row program and through the 8-row one (beside five
+    # other sequences and a padding row), greedy and sampled: identical tokens, log-probs to 1e-6.
+    llm = LLM(model, **ENGINE)
+    prompts = [[5, 6, 7, 8], [9, 10, 11, 12, 13]]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=3),
+        SamplingParams(temperature=0.9, max_tokens=6, ignore_eos=True, seed=7, logprobs=3),
+    ]
+    few = llm.generate(prompts, params)
+    assert set(llm.engine.runner.steps_by_shape) == {(16, 2), (2, 2)}  # prefills, decodes
+    padded = llm.generate(prompts + [[1]] * 5, params + [params[0]] * 5)[:2]
+    assert (8, 8) in llm.engine.runner.steps_by_shape
+    for a, b in zip(few, padded, strict=True):
+        assert a.outputs[0].token_ids == b.outputs[0].token_ids
+        np.testing.assert_allclose(a.outputs[0].logprobs, b.outputs[0].logprobs, atol=1e-6)

@@ -1,14 +1,23 @@
 """The model runner: turns a scheduled batch into arrays, runs one jitted step, samples.
 
 A step is one flat row of tokens (all sequences' prefill chunks and decode tokens), padded
-to a bucket: the smallest of a few token counts (16, 32, ..., the token budget) that holds it;
-the sequence dimension is min(bucket, max_num_seqs). Every step of a running server therefore
-reuses one of a handful of compiled programs (per sampling variant), and `warmup` compiles
-them all before the first request. `num_compilations()` counts traces, for tests.
+to a bucket: the smallest of a few token counts (2, 4, 8, ..., the token budget) that holds it.
+Its sequence dimension (the rows that attention groups by and sampling draws for) has buckets
+of its own, 1, 2, 4, ... up to max_num_seqs, chosen from the number of sequences in the step:
+a lone decode runs the model over 2 token rows (1 would copy the KV cache: `token_buckets`) and
+attention and sampling over 1 sequence row. Large steps keep at least one
+sequence row per TOKENS_PER_ROW tokens (the attention tiles its queries 16 rows at a time, so
+fewer rows than that save little), which keeps the number of step shapes small. A step is two
+programs run back to back on device: the model (one per step shape) and sampling over its
+last-token logits (one per row bucket and sampling variant), so a variant does not compile
+the model again. Every step of a running server therefore reuses a handful of compiled
+programs, and `warmup` compiles them all before the first request. `num_compilations()`
+counts traces, for tests.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 from typing import Any, NamedTuple
@@ -24,8 +33,10 @@ from jaxstack.serving._src.llm.block_manager import NULL_BLOCK
 from jaxstack.serving._src.llm.lora import set_adapter_rows
 from jaxstack.serving._src.llm.paged_cache import PagedKVCache
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
+from jaxstack.serving._src.models.batcher import default_batch_sizes
 
-MIN_BUCKET = 16
+MIN_BUCKET = 2
+TOKENS_PER_ROW = 16
 # The sampling programs a bucket compiles: (all_greedy, top_k_top_p). Greedy batches skip the
 # draw; sampled batches where no row limits top-k or top-p skip the full-vocabulary sort.
 SAMPLING_VARIANTS = ((True, False), (False, False), (False, True))
@@ -34,12 +45,17 @@ SAMPLING_VARIANTS = ((True, False), (False, False), (False, True))
 def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
     """Step sizes, never below MIN_BUCKET rows: with a single row XLA rewrites the cache
     scatter as a dynamic-update-slice that it does not do in place (a copy of the whole cache
-    per layer and step, ~40x slower decode at 1,024 blocks)."""
+    per layer and step, ~40x slower decode at 1,024 blocks); two rows stay a scatter."""
     buckets, b = [], MIN_BUCKET
     while b < max_num_batched_tokens:
         buckets.append(b)
         b *= 2
     return (*buckets, max(max_num_batched_tokens, MIN_BUCKET))
+
+
+def row_buckets(max_num_seqs: int) -> tuple[int, ...]:
+    """Sizes of a step's sequence dimension: powers of two, then max_num_seqs."""
+    return default_batch_sizes(max_num_seqs)
 
 
 class StepInputs(NamedTuple):
@@ -74,6 +90,25 @@ class StepResult:
 _traces = 0
 
 
+class HashedOnce:
+    """A static jit argument whose hash is computed once: jit hashes its static arguments on
+    every call, and an nnx GraphDef hashes its whole module tree (0.3 ms per step at d=512)."""
+
+    __slots__ = ("_hash", "value")
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._hash = hash(value)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, HashedOnce) and (
+            self.value is other.value or self.value == other.value
+        )
+
+
 def num_compilations() -> int:
     """Programs compiled for engine steps so far, in this process (all engines share them:
     engines of the same model structure and cache shape reuse each other's programs)."""
@@ -82,29 +117,15 @@ def num_compilations() -> int:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "block_size", "num_top", "all_greedy", "top_k_top_p", "scores"),
+    static_argnames=("graphdef", "block_size", "num_top", "scores"),
     donate_argnames=("k", "v"),
 )
-def _forward(
-    graphdef,
-    state,
-    k,
-    v,
-    x: StepInputs,
-    s,
-    penalties,
-    *,
-    block_size,
-    num_top,
-    all_greedy,
-    top_k_top_p,
-    scores,
-):
-    """One engine step: the model over the flat token row, then sampling at each sequence's
-    last row (and, for prompt log-probabilities, scores at every row)."""
+def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, num_top, scores):
+    """One engine step's model: the flat token row through the model, float32 logits at each
+    sequence's last row (and, for prompt log-probabilities, scores at every row)."""
     global _traces
     _traces += 1  # runs only while tracing
-    model = nnx.merge(graphdef, state, copy=True)
+    model = nnx.merge(graphdef.value, state, copy=True)
     set_adapter_rows(model, x.adapter_rows)
     cache = PagedKVCache(
         k,
@@ -120,17 +141,24 @@ def _forward(
         x.tokens[None], x.positions[None], x.segment_ids[None], cache
     )
     hidden = hidden[0]
-    logits = model.unembed(hidden[x.logits_indices])
-    sampled = sampler.sample(
-        logits, s, penalties, num_top=num_top, all_greedy=all_greedy, top_k_top_p=top_k_top_p
-    )
+    logits = model.unembed(hidden[x.logits_indices]).astype(jnp.float32)
     prompt = None
     if scores:
         raw = jax.nn.log_softmax(model.unembed(hidden), axis=-1)
         nxt = jnp.take_along_axis(raw, x.next_tokens[:, None], axis=-1)[:, 0]
         top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
         prompt = (nxt, top_ids.astype(jnp.int32), top_logprobs)
-    return sampled, prompt, cache.k, cache.v
+    return logits, prompt, cache.k, cache.v
+
+
+@functools.partial(jax.jit, static_argnames=("num_top", "all_greedy", "top_k_top_p"))
+def _sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
+    """One engine step's sampling, on the logits `_forward` left on device."""
+    global _traces
+    _traces += 1  # runs only while tracing
+    return sampler.sample(
+        logits, s, penalties, num_top=num_top, all_greedy=all_greedy, top_k_top_p=top_k_top_p
+    )
 
 
 class ModelRunner:
@@ -150,11 +178,15 @@ class ModelRunner:
         self.config = model.config
         self.model = model
         self.graphdef, self.state = nnx.split(model)
+        self.graphdef_key = HashedOnce(self.graphdef)
         self.block_size = block_size
         self.blocks_per_seq = -(-max_model_len // block_size)
         self.max_num_seqs = max_num_seqs
         self.max_logprobs = max_logprobs
         self.buckets = token_buckets(max_num_batched_tokens)
+        self.row_buckets = row_buckets(max_num_seqs)
+        # Steps run per (token bucket, row bucket): which programs serving actually uses.
+        self.steps_by_shape: collections.Counter[tuple[int, int]] = collections.Counter()
         dtype = jnp.dtype(self.config.dtype)
         self.k, self.v = PagedKVCache.zeros(self.config, num_blocks, block_size, dtype)
 
@@ -172,27 +204,52 @@ class ModelRunner:
             )
         nnx.update(self.model, params)
         self.graphdef, self.state = nnx.split(self.model)
+        self.graphdef_key = HashedOnce(self.graphdef)
 
     # --------------------------------------------------------------------------------- host
     def bucket(self, num_tokens: int) -> int:
         return next(b for b in self.buckets if b >= num_tokens)
 
+    def step_rows(self, token_bucket: int, num_seqs: int) -> int:
+        """Sequence rows of a step: the row bucket of its sequences, and never fewer than
+        one per TOKENS_PER_ROW of its token bucket."""
+        floor = min(token_bucket // TOKENS_PER_ROW, self.max_num_seqs)
+        return next(r for r in self.row_buckets if r >= max(num_seqs, floor))
+
+    def step_shapes(self) -> list[tuple[int, int]]:
+        """(token bucket, sequence rows) of every step that can occur: from the fewest rows
+        its tokens allow to as many as it can hold sequences (one token each)."""
+        return [
+            (t, r)
+            for t in self.buckets
+            for r in self.row_buckets
+            if self.step_rows(t, 1) <= r <= self.step_rows(t, min(t, self.max_num_seqs))
+        ]
+
     @property
     def num_programs(self) -> int:
-        """Step programs `warmup` compiles: one per bucket and sampling variant."""
-        return len(self.buckets) * len(SAMPLING_VARIANTS)
+        """Programs `warmup` compiles: the model per step shape, sampling per row bucket and
+        sampling variant."""
+        shapes = self.step_shapes()
+        return len(shapes) + len({r for _, r in shapes}) * len(SAMPLING_VARIANTS)
 
     def warmup(self) -> None:
-        """Compile every bucket, greedy, sampling, and sampling with top-k/top-p, before
-        serving."""
-        for t in self.buckets:
-            for all_greedy, top_k_top_p in SAMPLING_VARIANTS:
-                self._run(self._empty_inputs(t), all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        """Compile every step shape, and for each row bucket greedy, sampling, and sampling
+        with top-k/top-p, before serving."""
+        sampled_rows = set()
+        for t, r in self.step_shapes():
+            variants = SAMPLING_VARIANTS[:1] if r in sampled_rows else SAMPLING_VARIANTS
+            sampled_rows.add(r)
+            for all_greedy, top_k_top_p in variants:
+                x = self._empty_inputs(t, r)
+                self._run(x, all_greedy=all_greedy, top_k_top_p=top_k_top_p)
 
     def execute(self, batch: ScheduledBatch) -> StepResult:
-        t = self.bucket(batch.num_tokens)
-        x = self._empty_inputs(t)
         n_seqs = len(batch.seqs)
+        t = self.bucket(batch.num_tokens)
+        shape = (t, self.step_rows(t, n_seqs))
+        self.steps_by_shape[shape] += 1
+        x = self._empty_inputs(*shape)
         offsets, row = [], 0
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
             start = seq.num_computed_tokens
@@ -232,8 +289,9 @@ class ModelRunner:
         )
         return StepResult(sampled, prompt, offsets)
 
-    def _empty_inputs(self, t: int) -> StepInputs:
-        s = min(t, self.max_num_seqs)
+    def _empty_inputs(self, t: int, s: int | None = None) -> StepInputs:
+        """Zeroed inputs of t token rows and s sequence rows (default: as many as fit)."""
+        s = min(t, self.max_num_seqs) if s is None else s
         i32 = lambda *shape: np.zeros(shape, np.int32)
         slots = np.full((t,), NULL_BLOCK * self.block_size, np.int32)
         return StepInputs(
@@ -250,33 +308,51 @@ class ModelRunner:
             i32(t),
         )
 
-    def lower(
-        self, num_tokens: int, *, all_greedy: bool = True, top_k_top_p: bool = True
-    ) -> jax.stages.Lowered:
-        """The step program of `num_tokens`' bucket, lowered on empty inputs: what a step
-        compiles to (`.compile().memory_analysis()`, `.as_text()`), without running it."""
-        x = self._empty_inputs(self.bucket(num_tokens))
-        args, static = self._step_args(
-            x, (), all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=False
-        )
+    def lower(self, num_tokens: int, *, num_seqs: int | None = None) -> jax.stages.Lowered:
+        """The model program of a step of `num_tokens` tokens and `num_seqs` sequences
+        (default: as many as the tokens allow), lowered on empty inputs: what a step compiles
+        to (`.compile().memory_analysis()`, `.as_text()`), without running it."""
+        t = self.bucket(num_tokens)
+        n = min(num_tokens, self.max_num_seqs) if num_seqs is None else num_seqs
+        args, static = self._step_args(self._empty_inputs(t, self.step_rows(t, n)), scores=False)
         return _forward.lower(*args, **static)
 
+    def lower_sampling(
+        self, num_seqs: int, *, all_greedy: bool = True, top_k_top_p: bool = True
+    ) -> jax.stages.Lowered:
+        """The sampling program of a step of `num_seqs` sequences, lowered on empty inputs."""
+        s = next(r for r in self.row_buckets if r >= num_seqs)
+        logits = jax.ShapeDtypeStruct((s, self.config.vocab_size), jnp.float32)
+        inputs, penalties = self._sampling_args(s, ())
+        static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        return _sample.lower(logits, inputs, penalties, **static)
+
     def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, top_k_top_p=True, scores=False):
-        args, static = self._step_args(
-            x, seqs, all_greedy=all_greedy, top_k_top_p=top_k_top_p, scores=scores
-        )
-        sampled, prompt, self.k, self.v = _forward(*args, **static)
+        args, static = self._step_args(x, scores=scores)
+        logits, prompt, self.k, self.v = _forward(*args, **static)
+        inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
+        static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        sampled = _sample(logits, inputs, penalties, **static)
         sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
         if prompt is not None:
             prompt = PromptScores(*jax.device_get(prompt))
         return sampled, prompt
 
-    def _step_args(
-        self, x: StepInputs, seqs, *, all_greedy: bool, scores: bool, top_k_top_p: bool = True
-    ):
-        """`_forward`'s arguments for one step: the cache, the inputs, and per-sequence
-        sampling settings (padding rows get neutral ones)."""
-        s = x.kv_lens.shape[0]
+    def _step_args(self, x: StepInputs, *, scores: bool):
+        """`_forward`'s arguments for one step: the weights, the cache and the inputs."""
+        args = (self.graphdef_key, self.state, self.k, self.v, x)
+        return args, dict(block_size=self.block_size, num_top=self.max_logprobs, scores=scores)
+
+    def _sampling_static(self, *, all_greedy: bool, top_k_top_p: bool) -> dict:
+        return dict(
+            num_top=self.max_logprobs,
+            all_greedy=all_greedy,
+            top_k_top_p=top_k_top_p and not all_greedy,
+        )
+
+    def _sampling_args(self, s: int, seqs):
+        """`_sample`'s per-sequence settings for s rows (padding rows get neutral ones), and
+        the per-token penalties when some sequence needs them."""
         f32 = lambda fill: np.full((s,), fill, np.float32)
         inputs = sampler.SamplingInputs(
             f32(0.0),
@@ -316,12 +392,4 @@ class ModelRunner:
                 if q.guided is not None:
                     bias[i, ~q.guided.allowed()] = -np.inf
             penalties = sampler.Penalties(counts, prompt_mask, bias)
-        args = (self.graphdef, self.state, self.k, self.v, x, inputs, penalties)
-        static = dict(
-            block_size=self.block_size,
-            num_top=self.max_logprobs,
-            all_greedy=all_greedy,
-            top_k_top_p=top_k_top_p and not all_greedy,
-            scores=scores,
-        )
-        return args, static
+        return inputs, penalties
