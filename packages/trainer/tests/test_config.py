@@ -1,3 +1,5 @@
+import pathlib
+
 import pytest
 import yaml
 
@@ -131,3 +133,28 @@ def test_a_config_file_that_is_not_a_yaml_mapping_is_named(tmp_path, content, me
     with pytest.raises(ConfigError, match=message) as e:
         load_config(str(path))
     assert "\n" not in str(e.value)
+
+
+def test_a_config_saved_by_trainer_0_6_still_loads():
+    path = pathlib.Path(__file__).parent / "data" / "config-0.6.1.yaml"
+    old = load_config(str(path))
+    assert old.to_dict() | {"name": "test"} == load_config("test").to_dict()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.prefetch=0", r"^data\.prefetch must be >= 1, got 0$"),
+        ("data.num_shards=0", r"^data\.num_shards must be >= 1 or null, got 0$"),
+        ("eval.every=-1", r"^eval\.every must be >= 0 \(0 turns it off\), got -1$"),
+        ("train.donate=1", r"^train\.donate must be bool, got 1 \(int\)$"),
+        ("train.attention=flash", r"^train\.attention must be one of xla, kernlib; got 'flash'$"),
+        ("mesh.rules=3", r"^mesh\.rules must be a mapping or None, got 3 \(int\)$"),
+        ("mesh.tensor=0", r"^mesh axes must be positive or -1, got \[-1, 1, 0, 1\]$"),
+        ("model.preset=gpt9", r"^model\.preset='gpt9' is not an nnlib preset"),
+        ("optim.schedule.warmup_stesp=3", r"Did you mean 'optim\.schedule\.warmup_steps'\?"),
+    ],
+)
+def test_schema_errors_name_the_key_the_value_and_the_range(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("test", [override])
