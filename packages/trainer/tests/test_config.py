@@ -1,3 +1,4 @@
+import json
 import pathlib
 
 import pytest
@@ -158,3 +159,29 @@ def test_a_config_saved_by_trainer_0_6_still_loads():
 def test_schema_errors_name_the_key_the_value_and_the_range(override, message):
     with pytest.raises(ConfigError, match=message):
         load_config("test", [override])
+
+
+PRESETS = pathlib.Path(__file__).parents[1] / "src/jaxstack/trainer/_src/presets"
+
+
+def test_the_shipped_json_schema_is_the_one_the_cli_prints(capsys):
+    from jaxstack.trainer import main
+
+    assert main(["--print-schema"]) == 0
+    printed = capsys.readouterr().out
+    shipped = (PRESETS / "config.schema.json").read_text()
+    assert printed == shipped, (
+        "regenerate: jaxstack-train --print-schema > presets/config.schema.json"
+    )
+    schema = json.loads(shipped)
+    assert schema["properties"]["train"]["$ref"] == "#/$defs/TrainSection"
+    steps = schema["$defs"]["TrainSection"]["properties"]["steps"]
+    assert (steps["type"], steps["default"], steps["minimum"]) == ("integer", 300, 1)
+    assert "learning_rate" in schema["properties"]["optim"]["properties"]
+    assert "tiny" in schema["properties"]["model"]["properties"]["preset"]["enum"]
+
+
+def test_every_preset_names_the_schema_for_editors():
+    for name in list_configs():
+        first = (PRESETS / f"{name}.yaml").read_text().splitlines()[0]
+        assert first == "# yaml-language-server: $schema=config.schema.json", name

@@ -205,6 +205,7 @@ class RLConfig(Config):
 
     choice_message: ClassVar[str] = RLSection.choice_message
     error: ClassVar[type[Exception]] = ConfigError
+    schema_title: ClassVar[str] = "jaxstack-rl run config"
 
     @property
     def base(self) -> RLConfig:

@@ -33,6 +33,7 @@ from jaxstack.trainer._src.schema import (
     apply_overrides,
     checked_keys,
     dump_yaml,
+    json_schema,
     kind_of,
     load_yaml,
     read_yaml_file,
@@ -214,8 +215,8 @@ class Config(Section):
     log: LogSection = LogSection()
     quant: QuantSection = QuantSection()
 
-    aliases: ClassVar[tuple[str, ...]] = ()
     error: ClassVar[type[Exception]] = ConfigError
+    schema_title: ClassVar[str] = "jaxstack-train run config"
 
     @classmethod
     def from_dict(cls, tree: Mapping[str, Any], name: str = "custom") -> Config:
@@ -229,6 +230,34 @@ class Config(Section):
         tree.setdefault("name", name)
         tree["name"] = str(tree["name"])
         return validate_config(cls, tree, error=cls.error)
+
+    @classmethod
+    def config_schema(cls) -> dict[str, Any]:
+        """The JSON Schema of a config file (`--print-schema`), the siblings' `model` and `optim`
+        keys included, for editors that complete and check YAML."""
+        from jaxstack import nnlib, optlib
+
+        schema = json_schema(cls, cls.schema_title)
+        props = schema["properties"]
+        siblings = {
+            "model": _sibling(nnlib.ModelConfig, "model", preset=str),
+            "optim": _sibling(optlib.OptimizerConfig, "optim", lr=float),
+        }
+        for key, section in siblings.items():
+            fields = section.model_json_schema()["properties"]
+            for field in fields.values():
+                field.pop("default", None)
+            props[key].update(properties=fields, additionalProperties=False)
+        props["model"]["properties"]["preset"] = {"enum": nnlib.list_presets(), "default": "tiny"}
+        schedule = _sibling(optlib.ScheduleConfig, "schedule").model_json_schema()["properties"]
+        props["optim"]["properties"]["schedule"] = {
+            "type": "object",
+            "properties": {
+                k: {n: v for n, v in f.items() if n != "default"} for k, f in schedule.items()
+            },
+            "additionalProperties": False,
+        }
+        return schema
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Writes the config as YAML, atomically."""
