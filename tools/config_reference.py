@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from workspace import ROOT
 
 PAGE = ROOT / "docs" / "reference" / "config.md"
 SCHEMAS = {
-    "jaxstack-train": ROOT / "packages/trainer/src/jaxstack/trainer/_src/presets/config.schema.json",
-    "jaxstack-rl": ROOT / "packages/rl/src/jaxstack/rl/_src/presets/config.schema.json",
+    "jaxstack-train": ROOT / "packages/trainer/src/jaxstack/trainer/_src/presets",
+    "jaxstack-rl": ROOT / "packages/rl/src/jaxstack/rl/_src/presets",
 }
 INTRO = """# Configuration reference
 
@@ -94,7 +93,7 @@ def render() -> str:
     out = [INTRO]
     seen: set[str] = set()
     for command, path in SCHEMAS.items():
-        schema = json.loads(path.read_text())
+        schema = json.loads((path / "config.schema.json").read_text())
         defs = schema.get("$defs", {})
         new = [k for k in schema["properties"] if k not in seen]
         out += [f"## `{command}`", ""]
