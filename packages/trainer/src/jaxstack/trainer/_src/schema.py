@@ -64,7 +64,7 @@ def explain(cls: type[BaseModel], err: Mapping[str, Any], prefix: str = "") -> s
     value, kind, ctx = err.get("input"), err["type"], err.get("ctx") or {}
     if kind == "value_error":
         cause = ctx.get("error")
-        if isinstance(cause, ConfigError) or not key:
+        if type(cause).__module__.startswith("jaxstack.") or not key:  # a complete message
             return str(cause if cause is not None else err["msg"])
         text = str(cause)
         return (
@@ -73,7 +73,7 @@ def explain(cls: type[BaseModel], err: Mapping[str, Any], prefix: str = "") -> s
             else f"{key}={value!r}: {text}"
         )
     if kind == "extra_forbidden":
-        return unknown_key_message(key, [*parent.model_fields, *getattr(parent, "aliases", ())])
+        return unknown_key_message(key, parent.model_fields)
     if kind == "missing":
         return f"{key} is required"
     if kind in ("model_type", "dict_type") and (len(keys) == 1 or kind == "model_type"):
