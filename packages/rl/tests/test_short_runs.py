@@ -1,5 +1,6 @@
 """Short runs: warmup clamped or given as a share, tiny presets, CLI ranges, key hints."""
 
+import json
 import pathlib
 import warnings
 
@@ -101,3 +102,29 @@ def test_tiny_sft_then_tiny_dpo_finish_from_the_cli(tmp_path, capsys):
     assert rl.main(args) == 0
     out = capsys.readouterr().out
     assert "done: step 40" in out and "margin" in out
+
+
+def test_the_shipped_json_schema_is_the_one_the_cli_prints(capsys):
+    presets = pathlib.Path(__file__).parents[1] / "src/jaxstack/rl/_src/presets"
+    assert rl.main(["--print-schema"]) == 0
+    shipped = (presets / "config.schema.json").read_text()
+    assert capsys.readouterr().out == shipped, "regenerate: jaxstack-rl --print-schema > ..."
+    schema = json.loads(shipped)
+    gamma = schema["$defs"]["PpoSection"]["properties"]["gamma"]
+    assert (gamma["minimum"], gamma["maximum"], gamma["default"]) == (0, 1, 1.0)
+    assert schema["properties"]["algorithm"]["enum"] == list(rl.ALGORITHMS)
+    assert "train" in schema["properties"]  # the trainer's sections too
+    for name in rl.list_presets():
+        first = (presets / f"{name}.yaml").read_text().splitlines()[0]
+        assert first == "# yaml-language-server: $schema=config.schema.json", name
+
+
+def test_a_config_saved_by_rl_0_5_still_loads():
+    old = rl.load_config(None, str(pathlib.Path(__file__).parent / "data" / "config-0.5.yaml"))
+    assert (old.algorithm, old.data.path, old.roles.actor.devices) == ("grpo", "prompts.jsonl", [0])
+    assert old.rewards == {
+        "jaxstack.rl.arithmetic:exact_answer": 1.0,
+        "jaxstack.rl.arithmetic:digit_credit": 1.0,
+    }
+    again = rl.RLConfig.from_dict(old.to_dict())
+    assert again == old

@@ -1,3 +1,6 @@
+import json
+import pathlib
+
 import pytest
 import yaml
 
@@ -131,3 +134,54 @@ def test_a_config_file_that_is_not_a_yaml_mapping_is_named(tmp_path, content, me
     with pytest.raises(ConfigError, match=message) as e:
         load_config(str(path))
     assert "\n" not in str(e.value)
+
+
+def test_a_config_saved_by_trainer_0_6_still_loads():
+    path = pathlib.Path(__file__).parent / "data" / "config-0.6.1.yaml"
+    old = load_config(str(path))
+    assert old.to_dict() | {"name": "test"} == load_config("test").to_dict()
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("data.prefetch=0", r"^data\.prefetch must be >= 1, got 0$"),
+        ("data.num_shards=0", r"^data\.num_shards must be >= 1 or null, got 0$"),
+        ("eval.every=-1", r"^eval\.every must be >= 0 \(0 turns it off\), got -1$"),
+        ("train.donate=1", r"^train\.donate must be bool, got 1 \(int\)$"),
+        ("train.attention=flash", r"^train\.attention must be one of xla, kernlib; got 'flash'$"),
+        ("mesh.rules=3", r"^mesh\.rules must be a mapping or None, got 3 \(int\)$"),
+        ("mesh.tensor=0", r"^mesh axes must be positive or -1, got \[-1, 1, 0, 1\]$"),
+        ("model.preset=gpt9", r"^model\.preset='gpt9' is not an nnlib preset"),
+        ("optim.schedule.warmup_stesp=3", r"Did you mean 'optim\.schedule\.warmup_steps'\?"),
+    ],
+)
+def test_schema_errors_name_the_key_the_value_and_the_range(override, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config("test", [override])
+
+
+PRESETS = pathlib.Path(__file__).parents[1] / "src/jaxstack/trainer/_src/presets"
+
+
+def test_the_shipped_json_schema_is_the_one_the_cli_prints(capsys):
+    from jaxstack.trainer import main
+
+    assert main(["--print-schema"]) == 0
+    printed = capsys.readouterr().out
+    shipped = (PRESETS / "config.schema.json").read_text()
+    assert printed == shipped, (
+        "regenerate: jaxstack-train --print-schema > presets/config.schema.json"
+    )
+    schema = json.loads(shipped)
+    assert schema["properties"]["train"]["$ref"] == "#/$defs/TrainSection"
+    steps = schema["$defs"]["TrainSection"]["properties"]["steps"]
+    assert (steps["type"], steps["default"], steps["minimum"]) == ("integer", 300, 1)
+    assert "learning_rate" in schema["properties"]["optim"]["properties"]
+    assert "tiny" in schema["properties"]["model"]["properties"]["preset"]["enum"]
+
+
+def test_every_preset_names_the_schema_for_editors():
+    for name in list_configs():
+        first = (PRESETS / f"{name}.yaml").read_text().splitlines()[0]
+        assert first == "# yaml-language-server: $schema=config.schema.json", name

@@ -13,10 +13,11 @@ line and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import warnings
 
-from jaxstack.rl._src.config import ALGORITHMS, list_presets, load_config
+from jaxstack.rl._src.config import ALGORITHMS, RLConfig, list_presets, load_config
 from jaxstack.rl._src.errors import Error
 
 
@@ -41,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="jaxstack-rl", description="Post-train a jaxstack model: SFT, DPO, ORPO, GRPO, PPO."
     )
     p.add_argument("--list-configs", action="store_true", help="list the shipped presets")
+    p.add_argument(
+        "--print-schema", action="store_true", help="print the config's JSON Schema and exit"
+    )
     sub = p.add_subparsers(dest="command")
     for name in ALGORITHMS:
         s = sub.add_parser(name, help=f"run {name.upper()}")
@@ -94,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.list_configs:
         print("\n".join(list_presets()))
+        return 0
+    if args.print_schema:
+        print(json.dumps(RLConfig.config_schema(), indent=1))
         return 0
     if args.command is None:
         parser.print_help()

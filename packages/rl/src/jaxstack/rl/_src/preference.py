@@ -11,7 +11,6 @@ needs no data state.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import grain
@@ -119,13 +118,13 @@ def make_orpo_loss(config: RLConfig, policy: Policy):
 def dpo(config: RLConfig) -> RunResult:
     """DPO on the (prompt, chosen, rejected) records of `data.path`; the model lands in
     run_dir/model."""
-    return _preference(dataclasses.replace(config, algorithm="dpo"))
+    return _preference(config.model_copy(update={"algorithm": "dpo"}))
 
 
 def orpo(config: RLConfig) -> RunResult:
     """ORPO on the (prompt, chosen, rejected) records of `data.path`; the model lands in
     run_dir/model."""
-    return _preference(dataclasses.replace(config, algorithm="orpo"))
+    return _preference(config.model_copy(update={"algorithm": "orpo"}))
 
 
 def _preference(config: RLConfig) -> RunResult:

@@ -20,11 +20,12 @@ import time
 _START = time.perf_counter()
 
 import argparse  # noqa: E402
+import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
 
-from jaxstack.trainer._src.config import list_configs, load_config  # noqa: E402
+from jaxstack.trainer._src.config import Config, list_configs, load_config  # noqa: E402
 from jaxstack.trainer._src.errors import ConfigError, Error  # noqa: E402
 from jaxstack.trainer._src.signals import STOP, Stopped, exit_status  # noqa: E402
 
@@ -70,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--list-configs", action="store_true", help="list the presets and exit")
     p.add_argument("--print-config", action="store_true", help="print the resolved config")
+    p.add_argument(
+        "--print-schema", action="store_true", help="print the config's JSON Schema and exit"
+    )
     return p
 
 
@@ -107,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(args: argparse.Namespace) -> int:
     if args.list_configs:
         print("\n".join(list_configs()))
+        return 0
+    if args.print_schema:
+        print(json.dumps(Config.config_schema(), indent=1))
         return 0
     overrides = list(args.overrides)
     if args.run_dir:
