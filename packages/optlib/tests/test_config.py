@@ -211,8 +211,9 @@ def test_every_way_in_raises_one_line_config_errors_and_model_validate_stays_pyd
             make()
     with pytest.raises(ConfigError, match=r"^momentum must be < 1"):
         OptimizerConfig(name="sgd").replace(momentum=1.0)
-    with pytest.raises(ValidationError):
+    with pytest.raises(ValidationError) as error:  # pydantic's structured error, for callers
         OptimizerConfig.model_validate(bad)
+    assert error.value.errors()[0]["loc"] == ("schedule", "warmup_steps")
     with pytest.raises(ConfigError, match="optimizer config must be a mapping, got list"):
         OptimizerConfig.from_dict(["adamw"])
     with pytest.raises(ConfigError, match=r"^b1 must be < 1 with 'adamw' \(only lion takes 1\)"):

@@ -108,6 +108,11 @@ class _Checked(BaseModel):
         except ValidationError as error:
             raise ConfigError(explain(type(self), error)) from None
 
+    # Marks this __init__ as pydantic's own (as pydantic's RootModel does), so validation
+    # (`model_validate`, a nested schedule, a model embedding this one) does not call it and
+    # keeps pydantic's structured errors: only a direct call is worded as a ConfigError.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
         """From a plain mapping (as parsed from JSON or YAML); unknown keys are errors."""
