@@ -320,38 +320,29 @@ def _model_section() -> type[Section]:
 
 
 def _check_optimizer(optim: Mapping[str, Any], steps: int) -> Any:
-    """optlib's `OptimizerConfig` of the optim section of a `steps`-step run, its errors named
-    `optim.<key>`, its schedule one with steps to decay over that optlib builds."""
+    """optlib's `OptimizerConfig` of the optim section of a `steps`-step run (errors name the
+    `optim.` key), with steps left to decay over after the warmup."""
     from jaxstack import optlib
 
     try:
         resolved = optlib.OptimizerConfig.model_validate(_with_total_steps(optim, steps))
-        schedule = resolved.schedule
-        total = schedule.total_steps
-        if schedule.name != "constant" and total is not None and schedule.warmup_steps >= total:
-            raise ConfigError(
-                f"optim.schedule.warmup_steps={schedule.warmup_steps} leaves no steps to decay "
-                f"over in a {schedule.total_steps}-step schedule (train.steps or "
-                "optim.schedule.total_steps); make the warmup shorter or the run longer"
-            )
-        optlib.build_schedule(schedule, resolved.learning_rate)
     except ValidationError as e:
         error = e.errors()[0]
         cause = (error.get("ctx") or {}).get("error")
         if not isinstance(cause, optlib.Error):
             raise ConfigError(explain(optlib.OptimizerConfig, error, "optim")) from None
-        raise ConfigError(_in_optim(str(cause))) from None
-    except optlib.Error as e:
-        raise ConfigError(_in_optim(str(e))) from None
+        # optlib's own rule, worded with its field first ("b1 must be < 1 ..."): say the section
+        known = re.split(r"[ =.\[:]", str(cause))[0] in optlib.OptimizerConfig.model_fields
+        raise ConfigError(f"optim.{cause}" if known else f"optim: {cause}") from None
+    schedule = resolved.schedule
+    total = schedule.total_steps
+    if schedule.name != "constant" and total is not None and schedule.warmup_steps >= total:
+        raise ConfigError(
+            f"optim.schedule.warmup_steps={schedule.warmup_steps} leaves no steps to decay over "
+            f"in a {total}-step schedule (train.steps or optim.schedule.total_steps); make the "
+            "warmup shorter or the run longer"
+        )
     return resolved
-
-
-def _in_optim(message: str) -> str:
-    """An optlib message ("learning_rate must be >= 0") as one about the optim section."""
-    from jaxstack import optlib
-
-    known = optlib.OptimizerConfig.model_fields
-    return f"optim.{message}" if re.split(r"[ =.\[:]", message)[0] in known else f"optim: {message}"
 
 
 def _with_total_steps(optim: Mapping[str, Any], steps: int) -> dict[str, Any]:
