@@ -96,8 +96,8 @@ class _Checked(BaseModel):
         allow_inf_nan=False,
         use_attribute_docstrings=True,
     )
-    what: ClassVar[str] = "config"
-    prefix: ClassVar[str] = ""
+    _what: ClassVar[str] = "config"
+    _prefix: ClassVar[str] = ""
 
     def __init__(self, *args: Any, **data: Any) -> None:
         names = list(type(self).model_fields)
@@ -117,7 +117,7 @@ class _Checked(BaseModel):
     def from_dict(cls, data: Mapping[str, Any]) -> Any:
         """From a plain mapping (as parsed from JSON or YAML); unknown keys are errors."""
         if not isinstance(data, Mapping):
-            raise ConfigError(f"{cls.what} must be a mapping, got {type(data).__name__}")
+            raise ConfigError(f"{cls._what} must be a mapping, got {type(data).__name__}")
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -155,8 +155,8 @@ class ScheduleConfig(_Checked):
     Steps are optimiser updates: with `accumulate_steps=k` one schedule step is k micro-batches.
     """
 
-    what: ClassVar[str] = "schedule"
-    prefix: ClassVar[str] = "schedule."
+    _what: ClassVar[str] = "schedule"
+    _prefix: ClassVar[str] = "schedule."
 
     name: ScheduleName = "constant"
     """The schedule's shape."""
@@ -217,7 +217,7 @@ class OptimizerConfig(_Checked):
     Regexes use `re.search` on the `/`-joined parameter path (`layers/0/attn/q_proj/kernel`).
     """
 
-    what: ClassVar[str] = "optimizer config"
+    _what: ClassVar[str] = "optimizer config"
 
     name: OptimizerName = "adamw"
     """The optimiser (`OPTIMIZERS`)."""
@@ -393,7 +393,7 @@ def explain(cls: type[_Checked], error: ValidationError) -> str:
             if e["type"] == kind and e["loc"][:-1] == loc[:-1]
         )
         valid = list(parent.model_fields)
-        return f"{parent.what}: unknown field(s) {unknown}; valid fields: {valid}"
+        return f"{parent._what}: unknown field(s) {unknown}; valid fields: {valid}"
     if kind == "literal_error" and field in _CHOICES:
         what, plural, names = _CHOICES[field]
         return f"{what} {value!r} is unknown; valid {plural}: {list(names)}"
@@ -405,7 +405,7 @@ def explain(cls: type[_Checked], error: ValidationError) -> str:
 def _field_path(cls: type[BaseModel], loc: tuple[Any, ...]) -> str:
     """`("schedule", "warmup_steps")` -> "schedule.warmup_steps"; a mapping's key or a list's
     index in brackets: "lr_multipliers['norm']", "frozen[0]"."""
-    path, model = cls.prefix, cls
+    path, model = cls._prefix, cls
     for part in loc:
         if model is not None and part in model.model_fields:
             path += f".{part}" if path and not path.endswith(".") else str(part)
