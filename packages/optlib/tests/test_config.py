@@ -186,3 +186,55 @@ def test_default_no_decay_list_does_not_warn_on_models_without_biases(params):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         build_optimizer(OptimizerConfig(weight_decay=0.1), params)
+
+
+def test_the_json_schema_carries_ranges_choices_and_descriptions():
+    schema = OptimizerConfig.model_json_schema()
+    props = schema["properties"]
+    assert schema["additionalProperties"] is False
+    assert props["learning_rate"]["minimum"] == 0 and props["learning_rate"]["default"] == 1e-3
+    assert props["clip_norm"]["anyOf"][0]["exclusiveMinimum"] == 0
+    assert props["name"]["enum"] == list(OPTIMIZERS)
+    assert "peak learning rate" in props["learning_rate"]["description"]
+    schedule = schema["$defs"]["ScheduleConfig"]["properties"]
+    assert schedule["name"]["enum"] == list(SCHEDULES)
+    assert schedule["warmup_steps"]["minimum"] == 0
+    assert "warmup" in schedule["warmup_steps"]["description"]
+
+
+def test_every_way_in_raises_one_line_config_errors_and_model_validate_stays_pydantic():
+    from pydantic import ValidationError
+
+    bad = {"schedule": {"name": "constant", "warmup_steps": "3"}}
+    for make in (lambda: OptimizerConfig(**bad), lambda: OptimizerConfig.from_dict(bad)):
+        with pytest.raises(ConfigError, match=r"^schedule\.warmup_steps must be an integer"):
+            make()
+    with pytest.raises(ConfigError, match=r"^momentum must be < 1"):
+        OptimizerConfig(name="sgd").replace(momentum=1.0)
+    with pytest.raises(ValidationError) as error:  # pydantic's structured error, for callers
+        OptimizerConfig.model_validate(bad)
+    assert error.value.errors()[0]["loc"] == ("schedule", "warmup_steps")
+    with pytest.raises(ConfigError, match="optimizer config must be a mapping, got list"):
+        OptimizerConfig.from_dict(["adamw"])
+    with pytest.raises(ConfigError, match=r"^b1 must be < 1 with 'adamw' \(only lion takes 1\)"):
+        OptimizerConfig(b1=1)
+
+
+def test_yaml_exponents_one_regex_and_muon_axes_are_normalised():
+    config = OptimizerConfig(
+        name="muon",
+        lr_multipliers={"embed": "1e-1"},
+        frozen="^vision/",
+        muon_exclude=[],
+        muon_dimension_numbers={"q_proj": {"reduction_axis": 0, "output_axis": [1, 2]}, "x": None},
+    )
+    assert config.lr_multipliers == {"embed": 0.1}
+    assert config.frozen == ("^vision/",) and config.muon_exclude_regexes == ()
+    assert config.muon_dimension_numbers == {"q_proj": ((0,), (1, 2)), "x": None}
+    assert OptimizerConfig.from_dict(config.to_dict()) == config
+    with pytest.raises(ConfigError, match=r"numbers\['q'\] must be \[reduction_axes"):
+        OptimizerConfig(name="muon", muon_dimension_numbers={"q": [0]})
+    with pytest.raises(ConfigError, match=r"numbers\['q'\]\[1\] must be a non-empty"):
+        OptimizerConfig(name="muon", muon_dimension_numbers={"q": [0, []]})
+    with pytest.raises(ConfigError, match="muon_dimension_numbers only applies to muon"):
+        OptimizerConfig(muon_dimension_numbers={"q": None})

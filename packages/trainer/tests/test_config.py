@@ -185,3 +185,34 @@ def test_every_preset_names_the_schema_for_editors():
     for name in list_configs():
         first = (PRESETS / f"{name}.yaml").read_text().splitlines()[0]
         assert first == "# yaml-language-server: $schema=config.schema.json", name
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("optim.name=adamw8bit", r"^optim\.name must be one of adamw, adam, .*; got 'adamw8bit'$"),
+        ("optim.learning_rate=.nan", r"^optim\.learning_rate must be a finite number, got nan$"),
+        ("optim.lr_multipliers={norm: -2}", r"^optim\.lr_multipliers\.norm must be >= 0\.0"),
+        ("optim.accumulate_steps=2.5", r"^optim\.accumulate_steps must be int, got 2\.5"),
+        ("optim.momentum=0.9", r"^optim: \['momentum'\] have no effect with optimizer 'adamw'"),
+        ("optim.b1=1", r"^optim\.b1 must be < 1 with 'adamw' \(only lion takes 1\), got 1$"),
+        ('optim.frozen=["(x"]', r"^optim\.frozen: '\(x' is not a valid regex"),
+        ("optim.schedule=3", r"^config section 'optim\.schedule' must be a mapping of keys"),
+        ("optim.schedule.name=wsd", r"^optim\.schedule 'wsd' needs decay_steps"),
+        ("optim.schedule.decay_shape=exp", r"^optim\.schedule\.decay_shape must be one of linear"),
+    ],
+)
+def test_optlib_models_check_the_optim_section_and_the_key_is_named(override, message):
+    with pytest.raises(ConfigError, match=message) as e:
+        load_config("test", [override])
+    assert "\n" not in str(e.value)
+
+
+def test_the_schedule_spans_the_run_unless_total_steps_is_set():
+    from jaxstack.trainer._src.config import optimizer_config
+
+    c = load_config("test", ["train.steps=40"])
+    assert "total_steps" not in c.optim.get("schedule", {})
+    assert optimizer_config(c.optim, c.train.steps).schedule.total_steps == 40
+    c = load_config("test", ["train.steps=40", "optim.schedule.total_steps=30"])
+    assert optimizer_config(c.optim, c.train.steps).schedule.total_steps == 30

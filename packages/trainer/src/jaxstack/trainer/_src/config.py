@@ -4,11 +4,12 @@ A run is one nested mapping with nine sections. The trainer declares seven of th
 `mesh`, `train`, `eval`, `checkpoint`, `log`, `quant`) as `Section` models below: each field's
 type, default, range and docstring are the schema (`jaxstack-train --print-schema`, the
 reference page docs/reference/config.md). The other two belong to sibling packages and are
-checked against *their* dataclasses, so each field has one source of truth:
+checked against *their* declarations, so each field has one source of truth:
 
 - `model`: `preset` (an nnlib preset name) plus any `jaxstack.nnlib.ModelConfig` field;
-- `optim`: any `jaxstack.optlib.OptimizerConfig` field (`lr` is accepted for `learning_rate`),
-  with `schedule` a nested mapping of `ScheduleConfig` fields.
+- `optim`: any field of optlib's pydantic `OptimizerConfig` (`lr` is accepted for
+  `learning_rate`), with `schedule` a nested mapping of `ScheduleConfig` fields whose
+  `total_steps` defaults to `train.steps`; optlib's models validate it.
 
 `load_config("tiny", ["model.num_layers=2", "optim.lr=3e-4"])` reads a preset (or a YAML file),
 applies the overrides in order and validates the result; a bad key or value is one line naming
@@ -19,13 +20,14 @@ the key and the fix before anything runs. The resolved config is written next to
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib.resources
 import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from jaxstack.trainer._src.errors import ConfigError
 from jaxstack.trainer._src.schema import (
@@ -33,6 +35,7 @@ from jaxstack.trainer._src.schema import (
     apply_overrides,
     checked_keys,
     dump_yaml,
+    explain,
     json_schema,
     kind_of,
     load_yaml,
@@ -206,7 +209,8 @@ class Config(Section):
     model: dict[str, Any] = Field(default_factory=dict)
     """`preset` (an nnlib preset) and any `jaxstack.nnlib.ModelConfig` field."""
     optim: dict[str, Any] = Field(default_factory=dict)
-    """Any `jaxstack.optlib.OptimizerConfig` field; `schedule` holds `ScheduleConfig` fields."""
+    """Any `jaxstack.optlib.OptimizerConfig` field (`lr` for `learning_rate`); `schedule` holds
+    `ScheduleConfig` fields, its `total_steps` train.steps unless set."""
     data: DataConfig = DataConfig()
     mesh: MeshConfig = MeshConfig()
     train: TrainSection = TrainSection()
@@ -239,24 +243,20 @@ class Config(Section):
 
         schema = json_schema(cls, cls.schema_title)
         props = schema["properties"]
-        siblings = {
-            "model": _sibling(nnlib.ModelConfig, "model", preset=str),
-            "optim": _sibling(optlib.OptimizerConfig, "optim", lr=float),
-        }
-        for key, section in siblings.items():
-            fields = section.model_json_schema()["properties"]
-            for field in fields.values():
-                field.pop("default", None)
-            props[key].update(properties=fields, additionalProperties=False)
-        props["model"]["properties"]["preset"] = {"enum": nnlib.list_presets(), "default": "tiny"}
-        schedule = _sibling(optlib.ScheduleConfig, "schedule").model_json_schema()["properties"]
-        props["optim"]["properties"]["schedule"] = {
-            "type": "object",
-            "properties": {
-                k: {n: v for n, v in f.items() if n != "default"} for k, f in schedule.items()
-            },
-            "additionalProperties": False,
-        }
+        model = _model_section().model_json_schema()["properties"]
+        for field in model.values():
+            field.pop("default", None)  # the preset's values are the defaults
+        model["preset"] = {"enum": nnlib.list_presets(), "default": "tiny"}
+        props["model"].update(properties=model, additionalProperties=False)
+        optim = optlib.OptimizerConfig.model_json_schema()
+        schema["$defs"].update(optim["$defs"])
+        schema["$defs"]["ScheduleConfig"]["properties"]["total_steps"]["description"] += (
+            " In a run config, null: train.steps."
+        )
+        lr = {"type": "number", "description": "Short for learning_rate."}
+        props["optim"].update(
+            properties={"lr": lr, **optim["properties"]}, additionalProperties=False
+        )
         return schema
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -272,7 +272,7 @@ class Config(Section):
         model = {"preset": "tiny", **model}
         base = nnlib_preset(model["preset"])
         fields = {k: v for k, v in model.items() if k != "preset"}
-        model.update(checked_keys(_sibling(nnlib.ModelConfig, "model", preset=str), model, "model"))
+        model.update(checked_keys(_model_section(), model, "model"))
         try:
             base.replace(**{k: model[k] for k in fields})
         except (nnlib.Error, TypeError, ValueError) as e:
@@ -282,30 +282,23 @@ class Config(Section):
     @field_validator("optim")
     @classmethod
     def _optim(cls, optim: dict[str, Any]) -> dict[str, Any]:
-        """Keys and types of the optim section (values are checked with train.steps below)."""
-        from jaxstack import optlib
-
+        """`lr` stands for `learning_rate`; optlib checks the section with train.steps below."""
         optim = dict(optim)
         if "lr" in optim:
             if "learning_rate" in optim:
                 raise ConfigError("both optim.lr and optim.learning_rate are set; keep one")
             optim["learning_rate"] = optim.pop("lr")
-        schedule = optim.get("schedule")
-        optim = checked_keys(_sibling(optlib.OptimizerConfig, "optim", lr=float), optim, "optim")
-        if isinstance(schedule, Mapping):
-            optim["schedule"] = checked_keys(
-                _sibling(optlib.ScheduleConfig, "schedule"), schedule, "optim.schedule"
-            )
         return optim
 
     @model_validator(mode="after")
     def _together(self) -> Config:
-        """Checks that need two sections: accumulation, batch divisibility, the optimiser."""
+        """Checks that need two sections: the optimiser, accumulation, batch divisibility."""
+        resolved = _check_optimizer(self.optim, self.train.steps)
         accum = self.train.grad_accum
-        if accum > 1 and self.optim.get("accumulate_steps", 1) > 1:
+        if accum > 1 and resolved.accumulate_steps > 1:
             raise ConfigError(
                 f"train.grad_accum={accum} and optim.accumulate_steps="
-                f"{self.optim['accumulate_steps']} both accumulate gradients; keep one "
+                f"{resolved.accumulate_steps} both accumulate gradients; keep one "
                 "(train.grad_accum splits each step's batch in the jitted step; "
                 "optim.accumulate_steps applies an update every N steps)"
             )
@@ -315,42 +308,53 @@ class Config(Section):
                 f"train.grad_accum={accum}; pick a batch_size that is a multiple of grad_accum "
                 f"(e.g. {accum * max(1, self.data.batch_size // accum)})"
             )
-        _check_optimizer(self.optim, self.train.steps)
         return self
 
 
-_SIBLINGS: dict[str, type[Section]] = {}
+@functools.cache
+def _model_section() -> type[Section]:
+    """The Section of nnlib's ModelConfig dataclass, plus `preset`."""
+    from jaxstack import nnlib
+
+    return section_of_dataclass(nnlib.ModelConfig, "model", preset=str)
 
 
-def _sibling(cls: type, name: str, **extra: type) -> type[Section]:
-    """The (cached) Section of a sibling's dataclass, with `extra` keys (`preset`, `lr`)."""
-    if name not in _SIBLINGS:
-        _SIBLINGS[name] = section_of_dataclass(cls, name, **extra)
-    return _SIBLINGS[name]
-
-
-def _check_optimizer(optim: dict[str, Any], steps: int) -> None:
-    """optlib builds the optimiser config and schedule of a `steps`-step run."""
+def _check_optimizer(optim: Mapping[str, Any], steps: int) -> Any:
+    """optlib's `OptimizerConfig` of the optim section of a `steps`-step run (errors name the
+    `optim.` key), with steps left to decay over after the warmup."""
     from jaxstack import optlib
 
     try:
-        resolved = optimizer_config(optim, steps)
-        schedule = resolved.schedule
-        decays = schedule.name not in ("constant", "warmup_constant")
-        if decays and schedule.total_steps and schedule.warmup_steps >= schedule.total_steps:
-            raise ConfigError(
-                f"optim.schedule.warmup_steps={schedule.warmup_steps} leaves no steps to decay "
-                f"over in a {schedule.total_steps}-step schedule (train.steps or "
-                "optim.schedule.total_steps); make the warmup shorter or the run longer"
-            )
-        optlib.build_schedule(schedule, resolved.learning_rate)
-    except ConfigError:
-        raise
-    except (optlib.Error, TypeError, ValueError) as e:
-        # optlib names the field ("learning_rate must be >= 0.0"); say which section it is in.
-        field = re.split(r"[ =.]", str(e), maxsplit=1)[0]
-        known = set(optlib.OptimizerConfig.__dataclass_fields__)
-        raise ConfigError(f"optim.{e}" if field in known else f"optim: {e}") from None
+        resolved = optlib.OptimizerConfig.model_validate(_with_total_steps(optim, steps))
+    except ValidationError as e:
+        error = e.errors()[0]
+        cause = (error.get("ctx") or {}).get("error")
+        if not isinstance(cause, optlib.Error):
+            raise ConfigError(explain(optlib.OptimizerConfig, error, "optim")) from None
+        # optlib's own rule, worded with its field first ("b1 must be < 1 ..."): say the section
+        known = re.split(r"[ =.\[:]", str(cause))[0] in optlib.OptimizerConfig.model_fields
+        raise ConfigError(f"optim.{cause}" if known else f"optim: {cause}") from None
+    schedule = resolved.schedule
+    total = schedule.total_steps
+    if schedule.name != "constant" and total is not None and schedule.warmup_steps >= total:
+        raise ConfigError(
+            f"optim.schedule.warmup_steps={schedule.warmup_steps} leaves no steps to decay over "
+            f"in a {total}-step schedule (train.steps or optim.schedule.total_steps); make the "
+            "warmup shorter or the run longer"
+        )
+    return resolved
+
+
+def _with_total_steps(optim: Mapping[str, Any], steps: int) -> dict[str, Any]:
+    """The optim section with the schedule's total_steps defaulting to train.steps."""
+    optim = dict(optim)
+    schedule = optim.get("schedule")
+    if isinstance(schedule, str):
+        schedule = {"name": schedule}
+    if isinstance(schedule, Mapping) and schedule.get("name", "constant") != "constant":
+        total = schedule.get("total_steps")
+        optim["schedule"] = {**schedule, "total_steps": steps if total is None else total}
+    return optim
 
 
 def optimizer_config(optim: Mapping[str, Any], steps: int) -> Any:
@@ -358,13 +362,7 @@ def optimizer_config(optim: Mapping[str, Any], steps: int) -> Any:
     train.steps."""
     from jaxstack import optlib
 
-    optim = dict(optim)
-    schedule = dict(optim.get("schedule") or {})
-    if schedule.get("total_steps") is None and schedule.get("name", "constant") != "constant":
-        schedule["total_steps"] = steps
-    if schedule:
-        optim["schedule"] = schedule
-    return optlib.OptimizerConfig.from_dict(optim)
+    return optlib.OptimizerConfig.from_dict(_with_total_steps(optim, steps))
 
 
 def nnlib_preset(name: Any) -> Any:

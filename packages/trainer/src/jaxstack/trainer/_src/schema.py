@@ -83,9 +83,12 @@ def explain(cls: type[BaseModel], err: Mapping[str, Any], prefix: str = "") -> s
         )
     if kind == "literal_error":
         choices = ", ".join(str(c) for c in _literals(annotation))
-        return parent.choice_message.format(key=key, value=value, choices=choices)
+        message = getattr(parent, "choice_message", Section.choice_message)
+        return message.format(key=key, value=value, choices=choices)
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return f"{key} must be {allowed_range(field)}, got {value}"
+        return f"{key} must be {allowed_range(field, ctx)}, got {value}"
+    if kind == "finite_number":
+        return f"{key} must be a finite number, got {value}"
     if kind.endswith("_type") and field is not None:
         return f"{key} must be {type_names(annotation)}, got {value!r} ({type(value).__name__})"
     return f"{key}: {err['msg']} (got {value!r})"
@@ -145,13 +148,17 @@ def type_names(annotation: Any) -> str:
     return getattr(origin, "__name__", str(origin))
 
 
-def allowed_range(field: Any) -> str:
-    """A field's bounds in words: ">= 1", "> 0", "in [0, 1)"; "or null" where null is allowed."""
+def allowed_range(field: Any, ctx: Mapping[str, Any] | None = None) -> str:
+    """A field's bounds in words: ">= 1", "> 0", "in [0, 1)"; "or null" where null is allowed.
+    Bounds of a mapping's values or a list's items are in the error's `ctx` instead."""
     bounds = {}
     for meta in field.metadata:
         for name in ("ge", "gt", "le", "lt"):
             if getattr(meta, name, None) is not None:
                 bounds[name] = getattr(meta, name)
+    if not bounds:
+        words = dict(ge=">=", gt=">", le="<=", lt="<")
+        return " ".join(f"{words[n]} {v}" for n, v in (ctx or {}).items() if n in words)
     low = [(n, bounds[n]) for n in ("ge", "gt") if n in bounds]
     high = [(n, bounds[n]) for n in ("le", "lt") if n in bounds]
     if low and high:
