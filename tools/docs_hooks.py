@@ -24,9 +24,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from workspace import ROOT, all_packages
 
 # RESULTS.md links every round it summarises (`<benchmark>/runs/<machine kind>/round-<n>/`), and
-# the benchmarks' READMEs link their archived one-off runs: both are published with the rest.
-PUBLISHED_RESULTS = ("RESULTS.md", "*/results*.md", "*/results*.json", "*/quick/results.*",
-                     "*/*.md", "*/*.png", "plots/*.png", "*/runs/*/round-*/results*.md",
+# the benchmarks' READMEs link their archived one-off runs and A/B files: all are published.
+PUBLISHED_RESULTS = ("RESULTS.md", "*/*.json", "*/quick/results.*", "*/*.md", "*/*.png",
+                     "plots/*.png", "*/runs/*/round-*/results*.md",
                      "*/runs/*/round-*/results*.json", "*/archive/**/*.md",
                      "*/archive/**/*.json")  # fmt: skip
 
