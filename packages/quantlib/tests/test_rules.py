@@ -126,7 +126,7 @@ def test_a_bad_rule_in_a_file_names_the_file_and_the_rule_index(tmp_path):
         (dict(module_path=3), "module_path=3 must be a regex string"),
         (
             dict(act_qtype="int3"),
-            "act_qtype='int3' is not a supported qtype for activations; "
+            "act_qtype='int3' is not a supported qtype; "
             "use one of ['int8', 'int4', 'fp8_e4m3', 'fp8_e5m2']",
         ),
         (dict(bits=8), "QuantRule has unknown key(s) ['bits']; known: ['module_path', "),

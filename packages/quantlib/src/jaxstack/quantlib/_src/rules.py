@@ -32,6 +32,7 @@ from jaxstack.quantlib._src.errors import QuantWarning, RuleError
 
 WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
 ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
+WEIGHT_QTYPES, ACT_QTYPES = list(get_args(WeightQType)), list(get_args(ActQType))
 # What a value of the wrong type or range should have been: "<field>=<value> must be <this>".
 _MUST = {
     "module_path": "a regex string",
@@ -114,30 +115,23 @@ def explain(error: ValidationError, where: str = "") -> str:
     rule index) leads it."""
     first = error.errors()[0]
     kind, value, ctx = first["type"], first.get("input"), first.get("ctx", {})
-    field = ".".join(str(part) for part in first["loc"])
+    field = ".".join(map(str, first["loc"]))
     if kind == "extra_forbidden":
         unknown = sorted(str(e["loc"][-1]) for e in error.errors() if e["type"] == kind)
         known = list(QuantRule.model_fields)
         return f"{where or 'QuantRule'} has unknown key(s) {unknown}; known: {known}"
     if kind == "value_error" and isinstance(ctx.get("error"), RuleError):
         message = str(ctx["error"])
-    elif kind == "literal_error" and field == "act_qtype" and value in get_args(WeightQType):
-        message = f"act_qtype={value!r} is for weights only; activations take {_act_qtypes()}"
-    elif kind == "literal_error" and field == "act_qtype":
-        message = f"act_qtype={value!r} is not a supported qtype for activations; use one of "
-        message += str(_act_qtypes())
+    elif kind == "literal_error" and field == "act_qtype" and value in WEIGHT_QTYPES:
+        message = f"act_qtype={value!r} is for weights only; activations take {ACT_QTYPES}"
     elif kind == "literal_error":
-        message = f"{field}={value!r} is not a supported qtype; use one of "
-        message += str(list(get_args(WeightQType)))
+        names = ACT_QTYPES if field == "act_qtype" else WEIGHT_QTYPES
+        message = f"{field}={value!r} is not a supported qtype; use one of {names}"
     elif field in _MUST:
         message = f"{field}={value!r} must be {_MUST[field]}"
     else:
         message = f"{field}={value!r}: {first['msg']}"
     return f"{where}: {message}" if where else message
-
-
-def _act_qtypes() -> list[str]:
-    return list(get_args(ActQType))
 
 
 PRESETS: dict[str, tuple[QuantRule, ...]] = {
