@@ -145,6 +145,18 @@ def test_binary_or_foreign_files_are_one_line_exit_2(tmp_path, capsys):
     assert "no readable quant.json" in err
 
 
+def test_a_bad_rule_in_a_rules_file_names_the_file_and_the_rule(tmp_path, capsys):
+    out = tmp_path / "out"
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "- {module_path: lm_head, weight_qtype: null}\n"
+        "- {module_path: '.*', weight_qtype: int4, tile_size: 0}\n"
+    )
+    argv = ["ptq", str(tmp_path), "--rules", str(rules), "--out", str(out)]
+    err = one_line_error(capsys, argv, out)
+    assert f"error: {rules}: rule 1: tile_size=0 must be a positive int" in err
+
+
 def test_a_loaded_run_is_an_ordinary_mutable_model(run_dir):
     """QLoRA on a trained run: attaching adapters mutates the loaded model's modules."""
     src = ql.load_run(run_dir)

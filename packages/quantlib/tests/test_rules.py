@@ -101,3 +101,80 @@ def test_bad_rules_files_are_one_clear_error(tmp_path, text, message):
 def test_a_rules_name_that_is_neither_preset_nor_file():
     with pytest.raises(ql.RuleError, match=r"neither a preset .*int8, w8a8, int4, nf4"):
         ql.load_rules("int9")
+
+
+def test_a_bad_rule_in_a_file_names_the_file_and_the_rule_index(tmp_path):
+    path = tmp_path / "rules.yaml"
+    path.write_text(
+        "- {module_path: lm_head, weight_qtype: null}\n- {module_path: '.*', weight_qtype: int3}\n"
+    )
+    with pytest.raises(ql.RuleError) as error:
+        ql.load_rules(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: rule 1: weight_qtype='int3' is not a supported qtype")
+    assert "'int8', 'int4', 'fp8_e4m3', 'fp8_e5m2', 'nf4'" in message and "\n" not in message
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(tile_size=True), "tile_size=True must be a positive int or None"),
+        (dict(tile_size="128"), "tile_size='128' must be a positive int or None"),
+        (dict(tile_size=64.0), "tile_size=64.0 must be a positive int or None"),
+        (dict(act_qtype="int8", act_static="yes"), "act_static='yes' must be true or false"),
+        (dict(weight_qtype=8), "weight_qtype=8 is not a supported qtype"),
+        (dict(module_path=3), "module_path=3 must be a regex string"),
+        (
+            dict(act_qtype="int3"),
+            "act_qtype='int3' is not a supported qtype; "
+            "use one of ['int8', 'int4', 'fp8_e4m3', 'fp8_e5m2']",
+        ),
+        (dict(bits=8), "QuantRule has unknown key(s) ['bits']; known: ['module_path', "),
+    ],
+)
+def test_values_of_the_wrong_type_are_not_coerced(kwargs, message):
+    with pytest.raises(ql.RuleError) as error:
+        ql.QuantRule(**kwargs)
+    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+
+
+def test_the_rule_schema_documents_every_field_and_the_formats():
+    schema = ql.QuantRule.model_json_schema()
+    properties = schema["properties"]
+    assert schema["additionalProperties"] is False
+    assert all(p.get("description") for p in properties.values()), properties
+    weight = next(a for a in properties["weight_qtype"]["anyOf"] if "enum" in a)
+    act = next(a for a in properties["act_qtype"]["anyOf"] if "enum" in a)
+    assert weight["enum"] == list(ql.QTYPES)
+    assert act["enum"] == [n for n in ql.QTYPES if n != "nf4"]
+    tile = next(a for a in properties["tile_size"]["anyOf"] if a.get("type") == "integer")
+    assert tile["exclusiveMinimum"] == 0
+
+
+def test_rules_are_frozen_hashable_values_that_round_trip():
+    rule = ql.QuantRule("attn/", "int4", act_qtype="int8", tile_size=64, act_calibration="rms,3")
+    assert ql.QuantRule(**rule.to_dict()) == rule
+    assert rule.to_dict() == {
+        "module_path": "attn/",
+        "weight_qtype": "int4",
+        "act_qtype": "int8",
+        "tile_size": 64,
+        "weight_calibration": "absmax",
+        "act_calibration": "rms,3",
+        "act_static": False,
+    }
+    assert len({rule, ql.QuantRule(**rule.to_dict()), ql.QuantRule()}) == 2
+    with pytest.raises(ValueError):
+        rule.tile_size = 128
+    with pytest.raises(TypeError, match="too many or repeated arguments"):
+        ql.QuantRule(".*", module_path="attn/")
+
+
+def test_validating_a_rule_as_data_keeps_pydantic_errors_for_embedding_callers():
+    """`model_validate` (and a model that holds rules) sees pydantic's structured errors."""
+    pydantic = pytest.importorskip("pydantic")
+    rule = ql.QuantRule.model_validate({"module_path": "mlp", "weight_qtype": "nf4"})
+    assert rule == ql.QuantRule("mlp", "nf4")
+    with pytest.raises(pydantic.ValidationError) as error:
+        ql.QuantRule.model_validate({"weight_qtype": "int3", "tile_size": 0})
+    assert [e["loc"] for e in error.value.errors()] == [("weight_qtype",), ("tile_size",)]

@@ -59,6 +59,17 @@ def test_save_and_load_quantized_reproduces_the_logits(qmodel, small_config, bat
         ql.save_quantized(qmodel, out, rules=RULES, model_config=small_config, info={})
 
 
+def test_a_bad_rule_in_quant_json_names_the_file_and_the_rule(qmodel, small_config, tmp_path):
+    out = ql.save_quantized(qmodel, tmp_path / "q", rules=RULES, model_config=small_config, info={})
+    info = out / "quant.json"
+    record = json.loads(info.read_text())
+    record["rules"][1]["act_static"] = "yes"
+    info.write_text(json.dumps(record))
+    with pytest.raises(ql.RuleError) as error:
+        ql.load_quantized(out)
+    assert str(error.value) == f"{info}: rule 1: act_static='yes' must be true or false"
+
+
 def test_safetensors_export_holds_codes_scales_and_the_layout(qmodel, tmp_path):
     path = tmp_path / "model.safetensors"
     ql.export_safetensors(qmodel, path, RULES)

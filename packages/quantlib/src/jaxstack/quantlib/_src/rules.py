@@ -5,71 +5,133 @@ Module paths are the `/`-joined attribute paths of the model's module graph
 that own a `kernel` (nnlib's Dense, Flax NNX's Linear and Einsum, or any module of that shape)
 are candidates. A rule whose `weight_qtype` and `act_qtype` are both None quantises nothing:
 placed first it excludes the modules it matches from the rules after it.
+
+A rule is a frozen pydantic model: its fields' types, ranges and docstrings give the checks and
+the JSON Schema of a rules file entry (`QuantRule.model_json_schema()`). Made directly (keywords,
+or positionally in field order) or read from a rules file it raises `RuleError`, one line naming
+the field, the bad value and what it may be; `QuantRule.model_validate` raises pydantic's
+`ValidationError`, for callers that embed rules in their own models and word errors themselves.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import pathlib
 import re
 import reprlib
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import yaml
 from flax import nnx
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from jaxstack.quantlib._src import calibration, qtypes
+from jaxstack.quantlib._src import calibration
 from jaxstack.quantlib._src.errors import QuantWarning, RuleError
 
+WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
+ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
+WEIGHT_QTYPES, ACT_QTYPES = list(get_args(WeightQType)), list(get_args(ActQType))
+# What a value of the wrong type or range should have been: "<field>=<value> must be <this>".
+_MUST = {
+    "module_path": "a regex string",
+    "tile_size": "a positive int or None (per channel)",
+    "weight_calibration": "a string",
+    "act_calibration": "a string",
+    "act_static": "true or false",
+}
 
-@dataclasses.dataclass(frozen=True)
-class QuantRule:
-    """How to quantise the modules whose path matches `module_path`.
 
-    Attributes:
-      module_path: regex searched in the module path (`attn/(q|k|v)_proj$`, `.*`).
-      weight_qtype: `int8`, `int4`, `fp8_e4m3`, `fp8_e5m2`, `nf4`, or None (keep float).
-      act_qtype: the input activations' format (`int8`, `int4`, `fp8_*`), or None.
-      tile_size: rows of the contracted axis sharing one weight scale (None: per channel).
-      weight_calibration, act_calibration: `absmax`, `rms,K` or `percentile,P`.
-      act_static: use one scale per module calibrated on sample batches instead of a
-        per-token scale computed on the fly.
-    """
+class QuantRule(BaseModel):
+    """How to quantise the modules whose path matches `module_path`."""
+
+    model_config = ConfigDict(
+        strict=True, frozen=True, extra="forbid", use_attribute_docstrings=True
+    )
 
     module_path: str = ".*"
-    weight_qtype: str | None = "int8"
-    act_qtype: str | None = None
-    tile_size: int | None = None
+    """Regex searched in the module path (`attn/(q|k|v)_proj$`, `.*`); first match wins."""
+    weight_qtype: WeightQType | None = "int8"
+    """The weights' format (`QTYPES`), or None to keep them float."""
+    act_qtype: ActQType | None = None
+    """The input activations' format (nf4 is for weights only), or None to keep them float."""
+    tile_size: int | None = Field(None, gt=0)
+    """Rows of the contracted axis sharing one weight scale; None: one scale per channel."""
     weight_calibration: str = "absmax"
+    """How the weights' bound is chosen: `absmax`, `rms,K` (K x root mean square) or
+    `percentile,P` (0 < P <= 100)."""
     act_calibration: str = "absmax"
+    """How the activations' bound is chosen, as `weight_calibration`."""
     act_static: bool = False
+    """One scale per module calibrated on sample batches instead of a per-token scale computed
+    on the fly (needs `act_qtype`)."""
 
-    def __post_init__(self) -> None:
+    def __init__(self, *args: Any, **data: Any) -> None:
+        names = list(type(self).model_fields)
+        if len(args) > len(names) or set(names[: len(args)]) & set(data):
+            raise TypeError("QuantRule: too many or repeated arguments")
         try:
-            re.compile(self.module_path)
+            super().__init__(**dict(zip(names, args, strict=False)), **data)
+        except ValidationError as error:
+            raise RuleError(explain(error)) from None
+
+    # Marks this __init__ as pydantic's own, so validation (`model_validate`, a model holding
+    # rules) does not call it and keeps pydantic's structured errors.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @field_validator("module_path")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        try:
+            re.compile(value)
         except re.error as e:
-            raise RuleError(f"module_path={self.module_path!r} is not a regex: {e}") from e
-        if self.weight_qtype is not None:
-            qtypes.get_qtype(self.weight_qtype, "weight_qtype")
-        if self.act_qtype is not None:
-            qtypes.get_qtype(self.act_qtype, "act_qtype", weights=False)
-        calibration.parse(self.weight_calibration, "weight_calibration")
-        calibration.parse(self.act_calibration, "act_calibration")
-        tile = self.tile_size
-        if tile is not None and (not isinstance(tile, int) or isinstance(tile, bool) or tile < 1):
-            raise RuleError(f"tile_size={tile!r} must be a positive int or None")
+            raise RuleError(f"module_path={value!r} is not a regex: {e}") from None
+        return value
+
+    @field_validator("weight_calibration", "act_calibration")
+    @classmethod
+    def _calibration(cls, value: str, info: Any) -> str:
+        calibration.parse(value, info.field_name)
+        return value
+
+    @model_validator(mode="after")
+    def _static_needs_act_qtype(self) -> QuantRule:
         if self.act_static and self.act_qtype is None:
             raise RuleError("act_static=True needs an act_qtype to quantise activations to")
+        return self
 
     @property
     def quantizes(self) -> bool:
         return self.weight_qtype is not None or self.act_qtype is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The fields as a plain dict (JSON/YAML-ready) that `QuantRule(**d)` reads back."""
+        return self.model_dump()
+
+
+def explain(error: ValidationError, where: str = "") -> str:
+    """The first problem of a QuantRule's ValidationError as one line; `where` (a file and a
+    rule index) leads it."""
+    first = error.errors()[0]
+    kind, value, ctx = first["type"], first.get("input"), first.get("ctx", {})
+    field = ".".join(map(str, first["loc"]))
+    if kind == "extra_forbidden":
+        unknown = sorted(str(e["loc"][-1]) for e in error.errors() if e["type"] == kind)
+        known = list(QuantRule.model_fields)
+        return f"{where or 'QuantRule'} has unknown key(s) {unknown}; known: {known}"
+    if kind == "value_error" and isinstance(ctx.get("error"), RuleError):
+        message = str(ctx["error"])
+    elif kind == "literal_error" and field == "act_qtype" and value in WEIGHT_QTYPES:
+        message = f"act_qtype={value!r} is for weights only; activations take {ACT_QTYPES}"
+    elif kind == "literal_error":
+        names = ACT_QTYPES if field == "act_qtype" else WEIGHT_QTYPES
+        message = f"{field}={value!r} is not a supported qtype; use one of {names}"
+    elif field in _MUST:
+        message = f"{field}={value!r} must be {_MUST[field]}"
+    else:
+        message = f"{field}={value!r}: {first['msg']}"
+    return f"{where}: {message}" if where else message
 
 
 PRESETS: dict[str, tuple[QuantRule, ...]] = {
@@ -89,6 +151,8 @@ RULES_FILE_EXAMPLE = (
 
 
 def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
+    """Rules from a parsed rules file (a list of mappings, or a mapping with a `rules` list);
+    an error names `source` and the rule's index."""
     if isinstance(items, dict) and "rules" in items:
         items = items["rules"]
     if not isinstance(items, list) or not items or not all(isinstance(i, dict) for i in items):
@@ -96,15 +160,12 @@ def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
             f"{source}: expected a non-empty list of rules (mappings), got "
             f"{type(items).__name__} {reprlib.repr(items)}; {RULES_FILE_EXAMPLE}"
         )
-    known = {f.name for f in dataclasses.fields(QuantRule)}
     rules = []
     for i, item in enumerate(items):
-        unknown = sorted(set(item) - known)
-        if unknown:
-            raise RuleError(
-                f"{source}: rule {i} has unknown key(s) {unknown}; known: {sorted(known)}"
-            )
-        rules.append(QuantRule(**item))
+        try:
+            rules.append(QuantRule.model_validate(item))
+        except ValidationError as error:
+            raise RuleError(explain(error, f"{source}: rule {i}")) from None
     return tuple(rules)
 
 
