@@ -257,9 +257,10 @@ def quant_rows(r: dict) -> list[Row]:
                         False, noise=two_se / 100)
                 )  # fmt: skip
     llm = r["llm_decode"]["rounds"]
+    model = r["settings"].get("llm_decode_model", "tiny")
     for fmt in ("int8", "int4"):
         rows.append(
-            Row(f"{fmt} through LLM(...), batch 1, output tok/s",
+            Row(f"{model}: {fmt} through LLM(...), batch 1, output tok/s",
                 statistics.median(x[fmt] for x in llm), "float32 through LLM(...)",
                 statistics.median(x["float32"] for x in llm), "tok/s", True)
         )  # fmt: skip
@@ -283,8 +284,12 @@ def quant_figures(r: dict) -> list[Figure]:
             figures.append(Figure(f"{model}: {fmt} perplexity change vs float32", change, "%",
                                   two_se))  # fmt: skip
         q = m["qat"]
-        figures.append(Figure(f"{model}: int4 QAT, share of the PTQ loss recovered",
-                              q["recovered"] * 100, "%"))  # fmt: skip
+        figures += [
+            Figure(f"{model}: int4 PTQ perplexity change vs the float fine-tune (QAT's control)",
+                   q["ptq_loss_pct"], "%", q["ptq_loss_2se"]),
+            Figure(f"{model}: int4 QAT perplexity change vs the float fine-tune",
+                   q["qat_loss_pct"], "%", q["qat_loss_2se"]),
+        ]  # fmt: skip
     return figures
 
 

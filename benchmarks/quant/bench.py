@@ -105,13 +105,13 @@ def main(argv: list[str] | None = None) -> int:
         name: ensure_run(args.models, name, overrides)
         for name, overrides in (QUICK_MODELS if args.quick else MODELS).items()
     }
-    first = next(iter(runs))
+    largest = list(runs)[-1]  # int8's gain through the engine shows on the larger matmuls
     qwix = qwix_python(args.qwix_python)
     ptq = [sys.executable, str(HERE / "run.py"), "--out", str(out / "ptq")]
     ptq += [f"--run={name}={run}" for name, run in runs.items()]
     ptq += [f"--qwix-python={qwix}"] if qwix else []
-    llm = [sys.executable, str(HERE / "llm_decode.py"), "--float", str(runs[first])]
-    llm += [f"--quant={fmt}={args.models / f'{first}-{fmt}'}" for fmt in LLM_FORMATS]
+    llm = [sys.executable, str(HERE / "llm_decode.py"), "--float", str(runs[largest])]
+    llm += [f"--quant={fmt}={args.models / f'{largest}-{fmt}'}" for fmt in LLM_FORMATS]
     llm += ["--out", str(out / "llm-decode")]
     if args.quick:
         ptq += ["--eval-batches=2", "--qat-steps=2", "--decode-steps=6", "--decode-rounds=1"]
@@ -121,10 +121,19 @@ def main(argv: list[str] | None = None) -> int:
     with measure_conditions(packages) as conditions:
         subprocess.run(ptq, check=True)
         subprocess.run(llm, check=True)
+    ptq_results = json.loads((out / "ptq" / "results.json").read_text())
+    models = ptq_results["models"]
+    broken = {n: m["qwix"]["error"] for n, m in models.items() if "error" in m["qwix"]}
+    if broken:  # a Qwix Python was found but failed: a broken setup, not a missing peer
+        sys.exit(f"the Qwix side failed with {qwix}: {broken}; fix that Python (README.md)")
     results = {
         "conditions": conditions.as_dict(),
-        "settings": {"models": {n: str(r) for n, r in runs.items()}, "qwix_python": qwix},
-        "ptq": json.loads((out / "ptq" / "results.json").read_text()),
+        "settings": {
+            "models": {n: str(r) for n, r in runs.items()},
+            "qwix_python": qwix,
+            "llm_decode_model": largest,
+        },
+        "ptq": ptq_results,
         "llm_decode": json.loads((out / "llm-decode" / "results-llm-decode.json").read_text()),
     }
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str) + "\n")

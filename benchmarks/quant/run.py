@@ -172,6 +172,14 @@ def fmt_bytes(b) -> str:
     )
 
 
+def qat_verdict(q: dict) -> str:
+    """What QAT did, said only where PTQ lost more than its own noise (a share of nothing is
+    noise divided by noise)."""
+    if abs(q["ptq_loss_pct"]) <= q["ptq_loss_2se"]:
+        return "PTQ's loss is within its noise, so this model leaves QAT nothing to recover."
+    return f"QAT recovers {q['recovered'] * 100:.0f}% of that loss."
+
+
 def markdown(results: dict) -> str:
     lines = ["# benchmarks/quant results", "", conditions_markdown(results["conditions"]), ""]
     lines.append(f"Settings: `{json.dumps(results['settings'])}`")
@@ -206,7 +214,7 @@ def markdown(results: dict) -> str:
             f"int4 QAT ({st['qat_steps']} steps at lr {st['qat_lr']}): against the float "
             f"fine-tune of the same steps, int4 PTQ loses {q['ptq_loss_pct']:+.3f}% "
             f"(± {q['ptq_loss_2se']:.3f}) and QAT {q['qat_loss_pct']:+.3f}% "
-            f"(± {q['qat_loss_2se']:.3f}): QAT recovers {q['recovered'] * 100:.0f}% of that loss.",
+            f"(± {q['qat_loss_2se']:.3f}): {qat_verdict(q)}",
         ]
         d = r["decode_ms"]
         lines += [
