@@ -31,20 +31,40 @@ import platform
 import statistics
 import threading
 import time
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from jaxstack.xprof_lite import host_cpu
 
 
+WORKSPACE_PACKAGES = Path(__file__).resolve().parents[1] / "packages"
+
+
+def workspace_version(name: str) -> str | None:
+    """The version in the workspace's pyproject.toml of a `jaxstack-*` distribution, if any."""
+    folder = name.removeprefix("jaxstack-")
+    pyproject = WORKSPACE_PACKAGES / folder / "pyproject.toml"
+    if not name.startswith("jaxstack-") or not pyproject.is_file():
+        return None
+    return tomllib.loads(pyproject.read_text())["project"]["version"]
+
+
 def package_versions(names: list[str]) -> dict[str, str]:
-    """Installed versions of the named distributions ("absent" where not installed)."""
+    """Installed versions of the named distributions ("absent" where not installed). A
+    workspace package runs from its source (an editable install), whose version can be newer
+    than the installed metadata until the venv is synced: the source's version is recorded
+    then, with the stale one beside it."""
     versions = {}
     for name in names:
         try:
             versions[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
             versions[name] = "absent"
+        source = workspace_version(name)
+        if source is not None and source != versions[name]:
+            versions[name] = f"{source} (source; installed metadata says {versions[name]})"
     return versions
 
 

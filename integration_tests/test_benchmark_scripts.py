@@ -56,6 +56,23 @@ def _benchmarks_module(name: str):
         sys.path.pop(0)
 
 
+def test_conditions_name_the_workspace_version_when_the_installed_metadata_is_stale(monkeypatch):
+    """A workspace package bumped after its editable install: the run measured the source, so
+    the recorded version must be the source's, not the stale metadata's."""
+    conditions = _benchmarks_module("conditions")
+    real = conditions.importlib.metadata.version
+    stale = {"jaxstack-serving": "0.0.1"}
+    monkeypatch.setattr(
+        conditions.importlib.metadata, "version", lambda name: stale.get(name) or real(name)
+    )
+    source = conditions.workspace_version("jaxstack-serving")
+    versions = conditions.package_versions(["jax", "jaxstack-serving", "jaxstack-nnlib"])
+    assert versions["jax"] == real("jax")
+    assert versions["jaxstack-serving"].startswith(f"{source} (source;")
+    assert "0.0.1" in versions["jaxstack-serving"]
+    assert versions["jaxstack-nnlib"] == conditions.workspace_version("jaxstack-nnlib")
+
+
 def test_conditions_count_the_benchmarks_own_cpu_time_not_as_other_work():
     conditions = _benchmarks_module("conditions")
     burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.5: pass"
