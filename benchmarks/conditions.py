@@ -38,7 +38,6 @@ from pathlib import Path
 
 from jaxstack.xprof_lite import host_cpu
 
-
 WORKSPACE_PACKAGES = Path(__file__).resolve().parents[1] / "packages"
 
 
