@@ -63,3 +63,29 @@ def test_a_dpo_loss_on_the_trimmed_batch_is_the_full_batch_loss(tmp_path, write_
     trimmed_loss, _ = loss_fn(policy.params, trimmed)
     np.testing.assert_allclose(float(trimmed_loss), float(full_loss), rtol=1e-6)
     assert abs(float(full_loss) - np.log(2)) > 1e-3
+
+
+def test_grpo_rollouts_are_cut_to_their_completions_not_to_data_seq_len(
+    tmp_path, write_jsonl, tiny
+):
+    """TRL pads a GRPO batch to its longest completion; 8-token samples of short prompts in a
+    run whose data.seq_len is 64 must not cost a 64-column update."""
+    from jaxstack.rl._src.online import Rollouter, as_rewards
+    from jaxstack.rl._src.placement import place_roles
+
+    path = write_jsonl(tmp_path / "prompts.jsonl", [{"prompt": "12+34="}, {"prompt": "5*6="}])
+    config = rl.load_config(
+        "grpo",
+        None,
+        [*tiny, f"data.path={path}", "data.seq_len=64", "data.batch_size=2",
+         "rollout.group_size=2", "rollout.max_new_tokens=8"],
+    )  # fmt: skip
+    policy = build_policy(config)
+    rewards = as_rewards([lambda prompt, completion: 0.0])
+    rollouts = Rollouter(config, policy, rewards, place_roles(config)).collect(policy.params, 0)
+    batch = rollouts.batch
+    used = int(np.flatnonzero(batch["segment_ids"].any(axis=0))[-1]) + 1
+    assert used <= 32  # short prompts + 8 new tokens
+    assert batch["tokens"].shape[1] < 64
+    assert batch["tokens"].shape[1] >= used
+    assert rollouts.rewards.shape == (4,)

@@ -7,8 +7,10 @@ One iteration (`train.steps` of them):
     (and values, PPO) -> advantages (group-relative for GRPO, GAE for PPO)
     -> updates_per_iteration optimiser steps on the clipped objective
 
-Rows are padded to `data.seq_len`, so every iteration runs the same compiled programs. Each
-role (actor, reference, rollout engine) lives on the mesh `roles.<role>` names (placement.py).
+Rows are padded to the smallest of 16, 32, 64, ... columns (up to `data.seq_len`) that holds the
+iteration's longest completion, as TRL pads to its longest: short completions cost a short
+update, and the iterations share a handful of compiled programs. Each role (actor, reference,
+rollout engine) lives on the mesh `roles.<role>` names (placement.py).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import sequence_batch
+from jaxstack.rl._src.encode import sequence_batch, trim_padding
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.logprobs import token_logprobs
 from jaxstack.rl._src.placement import Placement, place_roles
@@ -112,7 +114,10 @@ class Rollouter:
         texts = [self.texts[i] for i in idx for _ in range(r.group_size)]
         rewards, valid, metrics = score(self.rewards, texts, done.texts, on_error=r.on_reward_error)
         rows = [p for p in prompts for _ in range(r.group_size)]
-        batch = sequence_batch(rows, done.token_ids, data.seq_len, self.policy.tokenizer.pad_id)
+        # cut to the longest completion (in 16, 32, 64, ... columns), as TRL pads
+        batch = trim_padding(
+            sequence_batch(rows, done.token_ids, data.seq_len, self.policy.tokenizer.pad_id)
+        )
         batch["loss_mask"] *= valid[:, None]
         metrics.update(
             completion_metrics(
