@@ -31,6 +31,6 @@ def test_jaxstack_train_with_no_arguments(tmp_path):
     ]
     assert (run_dir / "report.html").stat().st_size > 10_000
     assert (run_dir / "config.yaml").is_file()
-    assert "sample: 'def " in proc.stdout and "goodput" in proc.stdout
     assert summary["sample"].startswith("def ")
+    assert f"sample: {summary['sample']!r}" in proc.stdout and "goodput" in proc.stdout
     print(f"main job wall time: {wall:.0f}s, goodput {summary['goodput']:.1%}")

@@ -200,3 +200,16 @@ def build_chat_template(path: str | None) -> Any:
     if path is None:
         return datalib.ChatTemplate(DEFAULT_CHAT_TEMPLATE)
     return datalib.ChatTemplate.from_tokenizer_config(path)
+
+
+def shuffled_batches(num_records: int, batch_size: int, seed: int) -> Any:
+    """Record indices in batches, a new order each epoch: a pure function of the step
+    (`order[step]`), so a resumed run reads on where it stopped. datalib's shuffle, not Grain's
+    `MapDataset.shuffle`, whose per-index cost grows as the record set shrinks (on a few hundred
+    records it took a quarter of a DPO step)."""
+    import grain
+
+    from jaxstack import datalib
+
+    indices = grain.MapDataset.range(num_records)
+    return datalib.ShuffleShardMapDataset(indices, seed=seed).batch(batch_size)

@@ -21,14 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import sequence_batch, trim_padding
+from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.logprobs import token_logprobs
 from jaxstack.rl._src.placement import Placement, place_roles
@@ -75,12 +74,8 @@ class Rollouter:
                 f"the longest prompt has {longest} tokens, data.seq_len={seq_len} leaves no room "
                 "for a completion; raise data.seq_len"
             )
-        self.order = (
-            grain.MapDataset.range(len(prompts))
-            .shuffle(seed=config.base.data.seed)
-            .repeat()
-            .batch(config.base.data.batch_size)
-        )
+        data = config.base.data
+        self.order = shuffled_batches(len(prompts), data.batch_size, data.seed)
         group = config.rollout.group_size
         self.sampler = EngineSampler(
             policy,

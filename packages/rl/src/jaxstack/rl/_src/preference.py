@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import grain
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
-from jaxstack.rl._src.encode import sequence_batch, trim_padding
+from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
 from jaxstack.rl._src.logprobs import sequence_logprobs, token_logprobs
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_preference_records
@@ -139,12 +138,7 @@ def _preference(config: RLConfig) -> RunResult:
         loss_fn = make_dpo_loss(config, policy)
     else:
         loss_fn = make_orpo_loss(config, policy)
-    order = (
-        grain.MapDataset.range(len(pairs["chosen_tokens"]))
-        .shuffle(seed=config.base.data.seed)
-        .repeat()
-        .batch(batch_size)
-    )
+    order = shuffled_batches(len(pairs["chosen_tokens"]), batch_size, config.base.data.seed)
     tx = optimizer(config, policy.params)
     train_step = jax.jit(trainer.make_train_step(loss_fn, tx), donate_argnums=0)
     run = Run(config)
