@@ -8,9 +8,10 @@ placed first it excludes the modules it matches from the rules after it.
 
 A rule is a frozen pydantic model: its fields' types, ranges and docstrings give the checks and
 the JSON Schema of a rules file entry (`QuantRule.model_json_schema()`). Made directly (keywords,
-or positionally in field order) or read from a rules file it raises `RuleError`, one line naming
-the field, the bad value and what it may be; `QuantRule.model_validate` raises pydantic's
-`ValidationError`, for callers that embed rules in their own models and word errors themselves.
+or positionally in field order) or by `QuantRule.model_validate` it raises pydantic's
+`ValidationError`, each problem located by its field. Read from a rules file (`load_rules`, a
+`quant.json`) it raises a one-line `RuleError`: the file, the rule's index, the field, pydantic's
+message (the valid qtypes, the range or the type) and the bad value, or a rule's own sentence.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import re
 import reprlib
 import warnings
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import yaml
 from flax import nnx
@@ -32,15 +33,6 @@ from jaxstack.quantlib._src.errors import QuantWarning, RuleError
 
 WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
 ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
-WEIGHT_QTYPES, ACT_QTYPES = list(get_args(WeightQType)), list(get_args(ActQType))
-# What a value of the wrong type or range should have been: "<field>=<value> must be <this>".
-_MUST = {
-    "module_path": "a regex string",
-    "tile_size": "a positive int or None (per channel)",
-    "weight_calibration": "a string",
-    "act_calibration": "a string",
-    "act_static": "true or false",
-}
 
 
 class QuantRule(BaseModel):
@@ -68,17 +60,10 @@ class QuantRule(BaseModel):
     on the fly (needs `act_qtype`)."""
 
     def __init__(self, *args: Any, **data: Any) -> None:
-        names = list(type(self).model_fields)
-        if len(args) > len(names) or set(names[: len(args)]) & set(data):
-            raise TypeError("QuantRule: too many or repeated arguments")
-        try:
-            super().__init__(**dict(zip(names, args, strict=False)), **data)
-        except ValidationError as error:
-            raise RuleError(explain(error)) from None
-
-    # Marks this __init__ as pydantic's own, so validation (`model_validate`, a model holding
-    # rules) does not call it and keeps pydantic's structured errors.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+        """Fields by keyword, or positionally in their order (`QuantRule(".*", "int4")`)."""
+        if len(args) > len(type(self).model_fields):
+            raise TypeError(f"QuantRule takes {len(type(self).model_fields)} fields")
+        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
 
     @field_validator("module_path")
     @classmethod
@@ -108,30 +93,6 @@ class QuantRule(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (JSON/YAML-ready) that `QuantRule(**d)` reads back."""
         return self.model_dump()
-
-
-def explain(error: ValidationError, where: str = "") -> str:
-    """The first problem of a QuantRule's ValidationError as one line; `where` (a file and a
-    rule index) leads it."""
-    first = error.errors()[0]
-    kind, value, ctx = first["type"], first.get("input"), first.get("ctx", {})
-    field = ".".join(map(str, first["loc"]))
-    if kind == "extra_forbidden":
-        unknown = sorted(str(e["loc"][-1]) for e in error.errors() if e["type"] == kind)
-        known = list(QuantRule.model_fields)
-        return f"{where or 'QuantRule'} has unknown key(s) {unknown}; known: {known}"
-    if kind == "value_error" and isinstance(ctx.get("error"), RuleError):
-        message = str(ctx["error"])
-    elif kind == "literal_error" and field == "act_qtype" and value in WEIGHT_QTYPES:
-        message = f"act_qtype={value!r} is for weights only; activations take {ACT_QTYPES}"
-    elif kind == "literal_error":
-        names = ACT_QTYPES if field == "act_qtype" else WEIGHT_QTYPES
-        message = f"{field}={value!r} is not a supported qtype; use one of {names}"
-    elif field in _MUST:
-        message = f"{field}={value!r} must be {_MUST[field]}"
-    else:
-        message = f"{field}={value!r}: {first['msg']}"
-    return f"{where}: {message}" if where else message
 
 
 PRESETS: dict[str, tuple[QuantRule, ...]] = {
@@ -165,8 +126,20 @@ def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
         try:
             rules.append(QuantRule.model_validate(item))
         except ValidationError as error:
-            raise RuleError(explain(error, f"{source}: rule {i}")) from None
+            raise RuleError(f"{source}: rule {i}: {_one_line(error)}") from None
     return tuple(rules)
+
+
+def _one_line(error: ValidationError) -> str:
+    """The first problem: a rule's own sentence, or the field, pydantic's message (it states
+    the valid qtypes, the range or the type) and the bad value."""
+    first = error.errors()[0]
+    key, cause = ".".join(map(str, first["loc"])), first.get("ctx", {}).get("error")
+    if isinstance(cause, RuleError):
+        return str(cause)
+    if first["type"] == "extra_forbidden":
+        return f"unknown key {key!r}; known: {list(QuantRule.model_fields)}"
+    return f"{key}: {first['msg']}, got {first['input']!r}"
 
 
 def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
