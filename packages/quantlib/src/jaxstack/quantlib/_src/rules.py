@@ -1,10 +1,8 @@
-"""QuantRule: what to quantise, chosen by a regex over module paths; first match wins.
+"""QuantRule: what to quantise, chosen by a regex over module paths; presets and rules files.
 
-Module paths are the `/`-joined attribute paths of the model's module graph
-(`layers/0/attn/q_proj`), matched with `re.search` like nnlib's surgery patterns. Only modules
-that own a `kernel` (nnlib's Dense, Flax NNX's Linear and Einsum, or any module of that shape)
-are candidates. A rule whose `weight_qtype` and `act_qtype` are both None quantises nothing:
-placed first it excludes the modules it matches from the rules after it.
+A rule whose `weight_qtype` and `act_qtype` are both None quantises nothing: placed first it
+excludes the modules it matches from the rules after it (`match.py` applies rules to a model:
+first match wins).
 
 A rule is a frozen pydantic model: its fields' types, ranges and docstrings give the checks and
 the JSON Schema of a rules file entry (`QuantRule.model_json_schema()`). Made directly (keywords,
@@ -16,20 +14,16 @@ message (the valid qtypes, the range or the type) and the bad value, or a rule's
 
 from __future__ import annotations
 
-import difflib
 import pathlib
 import re
 import reprlib
-import warnings
-from collections.abc import Iterator, Sequence
 from typing import Any, Literal
 
 import yaml
-from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jaxstack.quantlib._src import calibration
-from jaxstack.quantlib._src.errors import QuantWarning, RuleError
+from jaxstack.quantlib._src.errors import RuleError
 
 WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
 ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
@@ -165,48 +159,3 @@ def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
     except yaml.YAMLError as e:
         raise RuleError(f"{path} does not parse as YAML: {str(e).splitlines()[0]}") from e
     return rules_from_dicts(items, str(path))
-
-
-def iter_candidates(model: nnx.Module) -> Iterator[tuple[str, nnx.Module]]:
-    """(path, module) for every module that owns a `kernel` variable."""
-    for path, node in nnx.iter_graph(model):
-        if isinstance(node, nnx.Module) and isinstance(getattr(node, "kernel", None), nnx.Variable):
-            yield "/".join(str(k) for k in path), node
-
-
-def match_rules(
-    model: nnx.Module, rules: Sequence[QuantRule]
-) -> list[tuple[str, nnx.Module, QuantRule]]:
-    """(path, module, rule) for each candidate module; the first matching rule wins.
-
-    A rule that matches no module is a QuantWarning naming the nearest module paths.
-    """
-    if not rules:
-        raise RuleError("no quantisation rules given; pass at least one QuantRule")
-    compiled = [(re.compile(r.module_path), r) for r in rules]
-    candidates = list(iter_candidates(model))
-    used: set[int] = set()
-    matches = []
-    for path, module in candidates:
-        for i, (rx, rule) in enumerate(compiled):
-            if rx.search(path):
-                used.add(i)
-                if rule.quantizes:
-                    matches.append((path, module, rule))
-                break
-    paths = [p for p, _ in candidates]
-    for i, rule in enumerate(rules):
-        if i not in used:
-            near = difflib.get_close_matches(rule.module_path, paths, n=3, cutoff=0.0)
-            warnings.warn(
-                f"quantisation rule {i} (module_path={rule.module_path!r}) matched no module"
-                f"{' before an earlier rule' if _searches_any(rule, paths) else ''}; "
-                f"nearest module paths: {near}",
-                QuantWarning,
-                stacklevel=3,
-            )
-    return matches
-
-
-def _searches_any(rule: QuantRule, paths: list[str]) -> bool:
-    return any(re.search(rule.module_path, p) for p in paths)
