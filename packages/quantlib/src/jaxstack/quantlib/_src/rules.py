@@ -125,15 +125,15 @@ def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
 
 
 def _one_line(error: ValidationError) -> str:
-    """The first problem: a rule's own sentence, or the field, pydantic's message (it states
-    the valid qtypes, the range or the type) and the bad value."""
+    """The first problem: a rule's own sentence, or the field, the bad value and pydantic's
+    message (it states the valid qtypes, the range or the type)."""
     first = error.errors()[0]
     key, cause = ".".join(map(str, first["loc"])), first.get("ctx", {}).get("error")
     if isinstance(cause, RuleError):
         return str(cause)
     if first["type"] == "extra_forbidden":
         return f"unknown key {key!r}; known: {list(QuantRule.model_fields)}"
-    return f"{key}: {first['msg']}, got {first['input']!r}"
+    return f"{key}={first['input']!r}: {first['msg']}"
 
 
 def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
