@@ -159,12 +159,8 @@ class ScheduleConfig(_Checked):
 
     @model_validator(mode="after")
     def _phases(self) -> ScheduleConfig:
-        name, warmup, total, decay = (
-            self.name,
-            self.warmup_steps,
-            self.total_steps,
-            self.decay_steps,
-        )
+        name, total, decay = self.name, self.total_steps, self.decay_steps
+        warmup = self.warmup_steps
         if name in ("warmup_cosine", "warmup_linear", "wsd") and total is None:
             raise ConfigError(f"schedule {name!r} needs total_steps (where the decay ends)")
         if name == "wsd" and decay is None:
