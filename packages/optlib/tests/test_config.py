@@ -76,9 +76,9 @@ def test_yaml_round_trip_and_yaml_exponent_strings(tmp_path):
 
 def test_unknown_optimizer_lists_the_valid_ones():
     with pytest.raises(ConfigError) as error:
-        OptimizerConfig(name="adamw8bit")
+        OptimizerConfig.from_dict({"name": "adamw8bit"})
     message = str(error.value)
-    assert "'adamw8bit'" in message
+    assert message.startswith("name: ") and message.endswith("got 'adamw8bit'")
     assert all(name in message for name in OPTIMIZERS)
     assert isinstance(error.value, Error) and isinstance(error.value, ValueError)
 
@@ -86,41 +86,63 @@ def test_unknown_optimizer_lists_the_valid_ones():
 def test_unknown_schedule_lists_the_valid_ones():
     with pytest.raises(ConfigError) as error:
         OptimizerConfig.from_dict({"schedule": {"name": "cosine"}})
-    assert "'cosine'" in str(error.value)
+    assert str(error.value).startswith("schedule.name: ") and "got 'cosine'" in str(error.value)
     assert all(name in str(error.value) for name in SCHEDULES)
 
 
 def test_unknown_field_lists_the_valid_fields():
-    with pytest.raises(ConfigError, match=r"unknown field\(s\) \['lr'\].*learning_rate"):
+    with pytest.raises(ConfigError, match=r"^lr: unknown field; valid fields: \[.*'learning_rate'"):
         OptimizerConfig.from_dict({"lr": 1e-3})
-    with pytest.raises(ConfigError, match=r"\['warmup'\].*warmup_steps"):
+    with pytest.raises(ConfigError, match=r"^warmup: unknown field; valid .*'warmup_steps'"):
         ScheduleConfig.from_dict({"name": "constant", "warmup": 3})
+    with pytest.raises(
+        ConfigError, match=r"^schedule\.warmup: unknown field; valid .*'warmup_steps'"
+    ):
+        OptimizerConfig.from_dict({"schedule": {"warmup": 3}})
 
 
 @pytest.mark.parametrize(
     ("field", "value", "needle"),
     [
-        ("learning_rate", -1e-3, "learning_rate must be >= 0"),
-        ("learning_rate", math.nan, "learning_rate must be a finite number"),
-        ("weight_decay", -0.1, "weight_decay must be >= 0"),
-        ("weight_decay", float("nan"), "weight_decay must be a finite"),
-        ("clip_norm", 0.0, "clip_norm must be > 0"),
-        ("clip_norm", -1.0, "clip_norm must be > 0"),
-        ("b1", 1.0, "b1 must be < 1"),
-        ("b2", -0.5, "b2 must be >= 0"),
-        ("eps", math.inf, "eps must be a finite"),
-        ("ema_decay", 1.5, "ema_decay must be < 1"),
-        ("accumulate_steps", 0, "accumulate_steps must be >= 1"),
-        ("accumulate_steps", 2.5, "accumulate_steps must be an integer"),
-        ("lr_multipliers", {"norm": -2.0}, r"lr_multipliers\['norm'\] must be >= 0"),
-        ("lr_multipliers", {"norm": math.nan}, "must be a finite number"),
-        ("skip_nonfinite", "yes", "skip_nonfinite must be true or false"),
-        ("learning_rate", "fast", "learning_rate must be a number, got 'fast'"),
+        (
+            "learning_rate",
+            -1e-3,
+            "learning_rate: Input should be greater than or equal to 0, got -0.001",
+        ),
+        ("learning_rate", math.nan, "learning_rate: Input should be a finite number, got nan"),
+        (
+            "weight_decay",
+            -0.1,
+            "weight_decay: Input should be greater than or equal to 0, got -0.1",
+        ),
+        ("weight_decay", float("nan"), "weight_decay: Input should be a finite number, got nan"),
+        ("clip_norm", 0.0, "clip_norm: Input should be greater than 0, got 0.0"),
+        ("clip_norm", -1.0, "clip_norm: Input should be greater than 0, got -1.0"),
+        ("b1", 1.0, "b1 must be < 1 with 'adamw' (only lion takes 1), got 1"),
+        ("b2", -0.5, "b2: Input should be greater than or equal to 0, got -0.5"),
+        ("eps", math.inf, "eps: Input should be a finite number, got inf"),
+        ("ema_decay", 1.5, "ema_decay: Input should be less than 1, got 1.5"),
+        (
+            "accumulate_steps",
+            0,
+            "accumulate_steps: Input should be greater than or equal to 1, got 0",
+        ),
+        ("accumulate_steps", 2.5, "accumulate_steps: Input should be a valid integer, got 2.5"),
+        (
+            "lr_multipliers",
+            {"norm": -2.0},
+            "lr_multipliers.norm: Input should be greater than or equal to 0, got -2.0",
+        ),
+        ("lr_multipliers", {"norm": math.nan}, "lr_multipliers.norm: Input should be a finite"),
+        ("skip_nonfinite", "yes", "skip_nonfinite: Input should be a valid boolean, got 'yes'"),
+        ("learning_rate", "fast", "learning_rate: Input should be a valid number, got 'fast'"),
     ],
 )
 def test_bad_hyperparameters_are_errors(field, value, needle):
-    with pytest.raises(ConfigError, match=needle):
+    """The field, pydantic's words for the range or the type, and the bad value, in one line."""
+    with pytest.raises(ConfigError) as error:
         OptimizerConfig.from_dict({field: value})
+    assert str(error.value).startswith(needle) and "\n" not in str(error.value)
 
 
 @pytest.mark.parametrize(
@@ -132,13 +154,13 @@ def test_bad_hyperparameters_are_errors(field, value, needle):
             {"name": "wsd", "total_steps": 100, "warmup_steps": 90, "decay_steps": 20},
             "exceeds total_steps",
         ),
-        ({"name": "constant", "warmup_steps": -1}, "warmup_steps must be >= 0"),
+        ({"name": "constant", "warmup_steps": -1}, r"warmup_steps: .* greater than or equal to 0"),
         ({"name": "warmup_linear", "total_steps": 10, "warmup_steps": 11}, "exceeds total"),
         ({"name": "warmup_cosine", "total_steps": 10, "final_lr_ratio": math.nan}, "finite"),
         ({"name": "warmup_cosine", "total_steps": 10, "decay_steps": 3}, "only used by 'wsd'"),
         (
             {"name": "wsd", "total_steps": 10, "decay_steps": 3, "decay_shape": "exp"},
-            "valid shapes",
+            r"decay_shape: Input should be 'linear', 'cosine' or 'sqrt', got 'exp'",
         ),
     ],
 )
@@ -149,21 +171,23 @@ def test_bad_schedules_are_errors(schedule, needle):
 
 def test_fields_the_optimizer_ignores_are_errors():
     with pytest.raises(ConfigError, match=r"\['momentum'\] have no effect with optimizer 'adamw'"):
-        OptimizerConfig(name="adamw", momentum=0.9)
+        OptimizerConfig.from_dict({"name": "adamw", "momentum": 0.9})
     with pytest.raises(ConfigError, match="no effect with optimizer 'sgd'"):
-        OptimizerConfig(name="sgd", b1=0.9)
+        OptimizerConfig.from_dict({"name": "sgd", "b1": 0.9})
     with pytest.raises(ConfigError, match="needs momentum"):
-        OptimizerConfig(name="sgd", nesterov=True)
-    with pytest.raises(ConfigError, match="only applies to muon"):
-        OptimizerConfig(name="adamw", muon_exclude=["embed"])
+        OptimizerConfig.from_dict({"name": "sgd", "nesterov": True})
+    with pytest.raises(ConfigError, match=r"\['muon_exclude'\] have no effect with .* 'adamw'"):
+        OptimizerConfig.from_dict({"name": "adamw", "muon_exclude": ["embed"]})
     OptimizerConfig(name="lion", b1=1.0)  # lion's interpolation accepts b1 = 1
 
 
 def test_bad_regexes_are_errors():
-    with pytest.raises(ConfigError, match=r"frozen: '\(unclosed' is not a valid regex"):
-        OptimizerConfig(frozen=["(unclosed"])
-    with pytest.raises(ConfigError, match="weight_decay_mask"):
-        OptimizerConfig(weight_decay_mask=["ok", "[z-a]"])
+    with pytest.raises(ConfigError, match=r"^frozen: '\(unclosed' is not a valid regex"):
+        OptimizerConfig.from_dict({"frozen": ["(unclosed"]})
+    with pytest.raises(ConfigError, match=r"^weight_decay_mask: '\[z-a\]' is not a valid regex"):
+        OptimizerConfig.from_dict({"weight_decay_mask": ["ok", "[z-a]"]})
+    with pytest.raises(ConfigError, match=r"^lr_multipliers: '\(x' is not a valid regex"):
+        OptimizerConfig.from_dict({"lr_multipliers": {"(x": 2.0}})
 
 
 def test_unmatched_regexes_warn_naming_the_regex(params):
@@ -202,22 +226,35 @@ def test_the_json_schema_carries_ranges_choices_and_descriptions():
     assert "warmup" in schedule["warmup_steps"]["description"]
 
 
-def test_every_way_in_raises_one_line_config_errors_and_model_validate_stays_pydantic():
+def test_data_ways_in_raise_one_line_config_errors_and_constructors_stay_pydantic():
+    """from_dict, from_yaml and replace raise ConfigError; the constructor and model_validate
+    raise pydantic's ValidationError (a ValueError) located at the field."""
     from pydantic import ValidationError
 
     bad = {"schedule": {"name": "constant", "warmup_steps": "3"}}
-    for make in (lambda: OptimizerConfig(**bad), lambda: OptimizerConfig.from_dict(bad)):
-        with pytest.raises(ConfigError, match=r"^schedule\.warmup_steps must be an integer"):
-            make()
-    with pytest.raises(ConfigError, match=r"^momentum must be < 1"):
+    with pytest.raises(ConfigError, match=r"^schedule\.warmup_steps: .* valid integer, got '3'$"):
+        OptimizerConfig.from_dict(bad)
+    with pytest.raises(ConfigError, match=r"^momentum: Input should be less than 1, got 1\.0$"):
         OptimizerConfig(name="sgd").replace(momentum=1.0)
-    with pytest.raises(ValidationError) as error:  # pydantic's structured error, for callers
-        OptimizerConfig.model_validate(bad)
-    assert error.value.errors()[0]["loc"] == ("schedule", "warmup_steps")
-    with pytest.raises(ConfigError, match="optimizer config must be a mapping, got list"):
+    for make in (lambda: OptimizerConfig(**bad), lambda: OptimizerConfig.model_validate(bad)):
+        with pytest.raises(ValidationError) as error:
+            make()
+        assert error.value.errors()[0]["loc"] == ("schedule", "warmup_steps")
+        assert isinstance(error.value, ValueError) and not isinstance(error.value, ConfigError)
+    with pytest.raises(ValidationError) as error:  # a rule's ConfigError is the cause
+        OptimizerConfig(b1=1)
+    cause = error.value.errors()[0]["ctx"]["error"]
+    assert isinstance(cause, ConfigError) and str(cause).startswith("b1 must be < 1 with 'adamw'")
+    with pytest.raises(
+        ConfigError, match=r"^OptimizerConfig: .* valid dictionary.*got \['adamw'\]"
+    ):
         OptimizerConfig.from_dict(["adamw"])
     with pytest.raises(ConfigError, match=r"^b1 must be < 1 with 'adamw' \(only lion takes 1\)"):
-        OptimizerConfig(b1=1)
+        OptimizerConfig.from_dict({"b1": 1})
+    with pytest.raises(TypeError, match="multiple values"):
+        ScheduleConfig("wsd", name="constant")
+    with pytest.raises(TypeError, match="takes 7 fields"):
+        ScheduleConfig("wsd", 1, 2, 0.0, 1, 0.0, "sqrt", 3)
 
 
 def test_yaml_exponents_one_regex_and_muon_axes_are_normalised():
@@ -232,9 +269,9 @@ def test_yaml_exponents_one_regex_and_muon_axes_are_normalised():
     assert config.frozen == ("^vision/",) and config.muon_exclude_regexes == ()
     assert config.muon_dimension_numbers == {"q_proj": ((0,), (1, 2)), "x": None}
     assert OptimizerConfig.from_dict(config.to_dict()) == config
-    with pytest.raises(ConfigError, match=r"numbers\['q'\] must be \[reduction_axes"):
-        OptimizerConfig(name="muon", muon_dimension_numbers={"q": [0]})
-    with pytest.raises(ConfigError, match=r"numbers\['q'\]\[1\] must be a non-empty"):
-        OptimizerConfig(name="muon", muon_dimension_numbers={"q": [0, []]})
-    with pytest.raises(ConfigError, match="muon_dimension_numbers only applies to muon"):
-        OptimizerConfig(muon_dimension_numbers={"q": None})
+    with pytest.raises(ConfigError, match=r"numbers\.q: must be \[reduction_axes.*got \[0\]$"):
+        OptimizerConfig.from_dict({"name": "muon", "muon_dimension_numbers": {"q": [0]}})
+    with pytest.raises(ConfigError, match=r"numbers\.q\.1: .* at least 1 item.*got \(\)$"):
+        OptimizerConfig.from_dict({"name": "muon", "muon_dimension_numbers": {"q": [0, []]}})
+    with pytest.raises(ConfigError, match=r"\['muon_dimension_numbers'\] have no effect"):
+        OptimizerConfig.from_dict({"muon_dimension_numbers": {"q": None}})

@@ -154,7 +154,7 @@ def test_a_bad_rule_in_a_rules_file_names_the_file_and_the_rule(tmp_path, capsys
     )
     argv = ["ptq", str(tmp_path), "--rules", str(rules), "--out", str(out)]
     err = one_line_error(capsys, argv, out)
-    assert f"error: {rules}: rule 1: tile_size=0 must be a positive int" in err
+    assert f"error: {rules}: rule 1: tile_size=0: Input should be greater than 0" in err
 
 
 def test_a_loaded_run_is_an_ordinary_mutable_model(run_dir):

@@ -1,6 +1,8 @@
 """Rules: matching by module path, first match wins, warnings and errors that say what to do."""
 
+import pydantic
 import pytest
+import yaml
 from flax import nnx
 
 from jaxstack import quantlib as ql
@@ -48,25 +50,36 @@ def test_a_rule_shadowed_by_an_earlier_one_warns(model):
         ql.quantize(model, ql.PtqProvider(rules))
 
 
-def test_unknown_qtype_lists_the_supported_ones():
-    with pytest.raises(ql.RuleError, match=r"weight_qtype='int3'.*'int8', 'int4', 'fp8_e4m3'"):
-        ql.QuantRule(".*", "int3")
+def one_rule_error(tmp_path, rule):
+    """The RuleError of a rules file holding just `rule` (a mapping), less the file's name."""
+    path = tmp_path / "rules.yaml"
+    path.write_text(yaml.safe_dump([rule]))
+    with pytest.raises(ql.RuleError) as error:
+        ql.load_rules(path)
+    message = str(error.value)
+    assert message.startswith(f"{path}: rule 0: ") and "\n" not in message
+    return message.removeprefix(f"{path}: rule 0: ")
+
+
+def test_unknown_qtype_lists_the_supported_ones(tmp_path):
+    assert one_rule_error(tmp_path, {"weight_qtype": "int3"}) == (
+        "weight_qtype='int3': Input should be 'int8', 'int4', 'fp8_e4m3', 'fp8_e5m2' or 'nf4'"
+    )
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "rule, message",
     [
-        (dict(act_qtype="nf4"), "for weights only"),
+        (dict(act_qtype="nf4"), "act_qtype='nf4': Input should be 'int8', 'int4', 'fp8_e4m3' or "),
         (dict(weight_calibration="max"), "weight_calibration='max' is not a calibration method"),
-        (dict(act_calibration="percentile,200"), "act_calibration='percentile,200'"),
-        (dict(tile_size=0), "tile_size=0 must be a positive int"),
+        (dict(act_calibration="percentile,200"), "act_calibration='percentile,200' is not a"),
+        (dict(tile_size=0), "tile_size=0: Input should be greater than 0"),
         (dict(act_static=True), "act_static=True needs an act_qtype"),
-        (dict(module_path="(unclosed"), "is not a regex"),
+        (dict(module_path="(unclosed"), "module_path='(unclosed' is not a regex"),
     ],
 )
-def test_bad_rule_fields_are_named(kwargs, message):
-    with pytest.raises(ql.RuleError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        ql.QuantRule(**kwargs)
+def test_bad_rule_fields_are_named(tmp_path, rule, message):
+    assert one_rule_error(tmp_path, rule).startswith(message)
 
 
 def test_rules_from_yaml_and_presets(tmp_path):
@@ -87,7 +100,7 @@ def test_rules_from_yaml_and_presets(tmp_path):
     "text, message",
     [
         ("- {module_path: '.*', weight_qtype: int8\n", "does not parse as YAML"),
-        ("- {module_path: '.*', bits: 8}\n", r"rule 0 has unknown key\(s\) \['bits'\]"),
+        ("- {module_path: '.*', bits: 8}\n", r"rule 0: unknown key 'bits'; known: \['module_path'"),
         ("rules: 3\n", "expected a non-empty list of rules"),
     ],
 )
@@ -111,31 +124,41 @@ def test_a_bad_rule_in_a_file_names_the_file_and_the_rule_index(tmp_path):
     with pytest.raises(ql.RuleError) as error:
         ql.load_rules(path)
     message = str(error.value)
-    assert message.startswith(f"{path}: rule 1: weight_qtype='int3' is not a supported qtype")
-    assert "'int8', 'int4', 'fp8_e4m3', 'fp8_e5m2', 'nf4'" in message and "\n" not in message
+    assert message.startswith(f"{path}: rule 1: weight_qtype='int3': Input should be 'int8', ")
+    assert "'int8', 'int4', 'fp8_e4m3', 'fp8_e5m2' or 'nf4'" in message and "\n" not in message
 
 
 @pytest.mark.parametrize(
-    "kwargs, message",
+    "rule, message",
     [
-        (dict(tile_size=True), "tile_size=True must be a positive int or None"),
-        (dict(tile_size="128"), "tile_size='128' must be a positive int or None"),
-        (dict(tile_size=64.0), "tile_size=64.0 must be a positive int or None"),
-        (dict(act_qtype="int8", act_static="yes"), "act_static='yes' must be true or false"),
-        (dict(weight_qtype=8), "weight_qtype=8 is not a supported qtype"),
-        (dict(module_path=3), "module_path=3 must be a regex string"),
+        (dict(tile_size=True), "tile_size=True: Input should be a valid integer"),
+        (dict(tile_size="128"), "tile_size='128': Input should be a valid integer"),
+        (dict(tile_size=64.0), "tile_size=64.0: Input should be a valid integer"),
+        (dict(act_qtype="int8", act_static="yes"), "act_static='yes': Input should be a valid"),
+        (dict(weight_qtype=8), "weight_qtype=8: Input should be 'int8', 'int4', "),
+        (dict(module_path=3), "module_path=3: Input should be a valid string"),
         (
             dict(act_qtype="int3"),
-            "act_qtype='int3' is not a supported qtype; "
-            "use one of ['int8', 'int4', 'fp8_e4m3', 'fp8_e5m2']",
+            "act_qtype='int3': Input should be 'int8', 'int4', 'fp8_e4m3' or 'fp8_e5m2'",
         ),
-        (dict(bits=8), "QuantRule has unknown key(s) ['bits']; known: ['module_path', "),
+        (dict(bits=8), "unknown key 'bits'; known: ['module_path', 'weight_qtype', "),
     ],
 )
-def test_values_of_the_wrong_type_are_not_coerced(kwargs, message):
-    with pytest.raises(ql.RuleError) as error:
-        ql.QuantRule(**kwargs)
-    assert str(error.value).startswith(message) and "\n" not in str(error.value)
+def test_values_of_the_wrong_type_are_not_coerced(tmp_path, rule, message):
+    assert one_rule_error(tmp_path, rule).startswith(message)
+
+
+def test_a_rule_made_directly_raises_pydantic_errors_located_by_field():
+    """The constructor is pydantic's: a ValidationError (a ValueError) per bad field, and a
+    rule's own RuleError as the cause of its error."""
+    with pytest.raises(pydantic.ValidationError) as error:
+        ql.QuantRule(".*", "int3", tile_size=0)
+    assert [e["loc"] for e in error.value.errors()] == [("weight_qtype",), ("tile_size",)]
+    assert isinstance(error.value, ValueError)
+    with pytest.raises(pydantic.ValidationError) as error:
+        ql.QuantRule(act_static=True)
+    cause = error.value.errors()[0]["ctx"]["error"]
+    assert isinstance(cause, ql.RuleError) and "act_static=True needs an act_qtype" in str(cause)
 
 
 def test_the_rule_schema_documents_every_field_and_the_formats():
@@ -166,13 +189,14 @@ def test_rules_are_frozen_hashable_values_that_round_trip():
     assert len({rule, ql.QuantRule(**rule.to_dict()), ql.QuantRule()}) == 2
     with pytest.raises(ValueError):
         rule.tile_size = 128
-    with pytest.raises(TypeError, match="too many or repeated arguments"):
+    with pytest.raises(TypeError, match="multiple values for keyword argument 'module_path'"):
         ql.QuantRule(".*", module_path="attn/")
+    with pytest.raises(TypeError, match="QuantRule takes 7 fields"):
+        ql.QuantRule(".*", "int8", None, None, "absmax", "absmax", False, 1)
 
 
 def test_validating_a_rule_as_data_keeps_pydantic_errors_for_embedding_callers():
     """`model_validate` (and a model that holds rules) sees pydantic's structured errors."""
-    pydantic = pytest.importorskip("pydantic")
     rule = ql.QuantRule.model_validate({"module_path": "mlp", "weight_qtype": "nf4"})
     assert rule == ql.QuantRule("mlp", "nf4")
     with pytest.raises(pydantic.ValidationError) as error:

@@ -6,9 +6,13 @@ A config round-trips through `to_dict`/`from_dict` (and YAML), so it can live in
 config file and in checkpoint metadata. Every value is checked when the config is made, not when
 the first step runs: an unknown name lists the valid ones, a negative or NaN hyperparameter is an
 error, and a field that the chosen optimiser would silently ignore is an error too, so a typo'd
-recipe never trains quietly with settings nobody asked for. The constructor, `from_dict`,
-`from_yaml` and `replace` raise `ConfigError` (one line naming the field); pydantic's own
-`model_validate` raises pydantic's `ValidationError`, for callers that word errors themselves.
+recipe never trains quietly with settings nobody asked for.
+
+Made directly (keywords, or positionally in field order) or by `model_validate`, a config raises
+pydantic's `ValidationError` (a `ValueError`; each problem located by its field). `from_dict`,
+`from_yaml` and `replace`, the ways in for config files, raise a one-line `ConfigError`: the
+dotted field, pydantic's message (the range, the valid names or the type) and the bad value. A
+cross-field rule's `ConfigError` is a sentence that names its fields.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from __future__ import annotations
 import os
 import pathlib
 from collections.abc import Mapping
-from typing import Annotated, Any, ClassVar, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
+import pydantic
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jaxstack.optlib._src.errors import ConfigError
@@ -25,12 +30,10 @@ from jaxstack.optlib._src.paths import compile_regexes
 
 OptimizerName = Literal["adamw", "adam", "lion", "adafactor", "sgd", "muon", "schedule_free_adamw"]
 ScheduleName = Literal["constant", "warmup_cosine", "warmup_linear", "wsd", "inverse_sqrt"]
-DecayShape = Literal["linear", "cosine", "sqrt"]
 OPTIMIZERS = get_args(OptimizerName)
 """The optimiser names `OptimizerConfig(name=...)` accepts; each builds plain Optax."""
 SCHEDULES = get_args(ScheduleName)
 """The learning-rate schedule names `ScheduleConfig(name=...)` accepts."""
-WSD_DECAY_SHAPES = get_args(DecayShape)
 
 DEFAULT_NO_DECAY = (
     r"(?i)(^|/)[^/]*(norm|ln_)[^/]*(/|$)",
@@ -47,106 +50,81 @@ DEFAULT_MUON_EXCLUDE = (
 """Path regexes of the matrices muon leaves to its Adam fallback by default: embedding tables
 and the output head, as the muon authors recommend. Non-matrix parameters always fall back."""
 
-# Optional hyperparameters each optimiser reads; setting another one is a ConfigError.
+# The optional fields each optimiser reads; another one set away from its default is an error.
 _USES = {
     "adamw": {"b1", "b2", "eps", "nesterov"},
     "adam": {"b1", "b2", "eps", "nesterov"},
     "lion": {"b1", "b2"},
     "adafactor": {"momentum", "eps"},
     "sgd": {"momentum", "nesterov"},
-    "muon": {"b1", "b2", "eps", "momentum", "nesterov"},
+    "muon": {"b1", "b2", "eps", "momentum", "nesterov", "muon_exclude", "muon_dimension_numbers"},
     "schedule_free_adamw": {"b1", "b2", "eps"},
 }
-_OPTIONAL = ("b1", "b2", "eps", "momentum", "nesterov")
-# How a value outside a field's type or range is said: "<field> must be <words>, got <value>".
-_MUST = {
-    "float_type": "a number",
-    "int_type": "an integer",
-    "bool_type": "true or false",
-    "string_type": "a string",
-    "finite_number": "a finite number",
-    "tuple_type": "a list",
-    "too_short": "a non-empty list",
-    "dict_type": "a mapping",
-    "model_type": "a mapping",
-    "greater_than": "> {gt}",
-    "greater_than_equal": ">= {ge}",
-    "less_than": "< {lt}",
-    "less_than_equal": "<= {le}",
-}
-# Fields with a fixed set of names: how the name is called, and the valid ones.
-_CHOICES = {
-    "name": ("optimizer name", "optimizers", OPTIMIZERS),
-    "schedule.name": ("schedule name", "schedules", SCHEDULES),
-    "schedule.decay_shape": ("schedule.decay_shape", "shapes", WSD_DECAY_SHAPES),
-}
+_OPTIONAL = set().union(*_USES.values())
 
-Regexes = tuple[str, ...]
-Axes = Annotated[tuple[int, ...], Field(min_length=1)]
+
+def _yaml_float(value: Any) -> Any:
+    """YAML 1.1 (PyYAML) reads `1e-3`, an exponent without a dot, as a string: the number it
+    spells (in a mapping's values too); any other string is left for the type check to refuse."""
+    if isinstance(value, Mapping):
+        return {key: _yaml_float(item) for key, item in value.items()}
+    try:
+        return float(value) if isinstance(value, str) else value
+    except ValueError:
+        return value
+
+
+def _tuple(value: Any) -> Any:
+    """One item (a regex, an axis) or a list of them, as a tuple."""
+    if isinstance(value, str | int):
+        return (value,)
+    return tuple(value) if isinstance(value, list) else value
+
+
+def _axes_pair(value: Any) -> Any:
+    """`[reduction, output]` or `{reduction_axis, output_axis}` (each an axis or a list of
+    axes), or null."""
+    if isinstance(value, Mapping):
+        value = [value.get("reduction_axis"), value.get("output_axis")]
+    if value is not None and (not isinstance(value, list | tuple) or len(value) != 2):
+        raise ValueError("must be [reduction_axes, output_axes] or null")
+    return _tuple(value)
+
+
+Regexes = Annotated[tuple[str, ...], pydantic.BeforeValidator(_tuple)]
+Axes = Annotated[tuple[int, ...], Field(min_length=1), pydantic.BeforeValidator(_tuple)]
+AxesPair = Annotated[tuple[Axes, Axes] | None, pydantic.BeforeValidator(_axes_pair)]
+_NUMBERS = ("learning_rate", "weight_decay", "clip_norm", "b1", "b2", "eps", "momentum")
 
 
 class _Checked(BaseModel):
-    """Strict (no bool for a number, no "yes" for true), frozen, no unknown keys; built from
-    keywords (or positionally, in field order) it raises ConfigError, not ValidationError."""
+    """Strict (no bool for a number, no "yes" for true), frozen, no unknown keys, no NaN."""
 
     model_config = ConfigDict(
-        strict=True,
-        frozen=True,
-        extra="forbid",
-        allow_inf_nan=False,
-        use_attribute_docstrings=True,
+        strict=True, frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True
     )
-    _what: ClassVar[str] = "config"
-    _prefix: ClassVar[str] = ""
 
     def __init__(self, *args: Any, **data: Any) -> None:
-        names = list(type(self).model_fields)
-        if len(args) > len(names) or set(names[: len(args)]) & set(data):
-            raise TypeError(f"{type(self).__name__}: too many or repeated arguments")
-        try:
-            super().__init__(**dict(zip(names, args, strict=False)), **data)
-        except ValidationError as error:
-            raise ConfigError(explain(type(self), error)) from None
-
-    # Marks this __init__ as pydantic's own (as pydantic's RootModel does), so validation
-    # (`model_validate`, a nested schedule, a model embedding this one) does not call it and
-    # keeps pydantic's structured errors: only a direct call is worded as a ConfigError.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+        """Fields by keyword, or positionally in their order."""
+        if len(args) > len(type(self).model_fields):
+            raise TypeError(f"{type(self).__name__} takes {len(type(self).model_fields)} fields")
+        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Any:
-        """From a plain mapping (as parsed from JSON or YAML); unknown keys are errors."""
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{cls._what} must be a mapping, got {type(data).__name__}")
-        return cls(**data)
+    def from_dict(cls, data: Any) -> Any:
+        """From a plain mapping (as parsed from JSON or YAML), raising a one-line ConfigError."""
+        try:
+            return cls.model_validate(data)
+        except ValidationError as error:
+            raise ConfigError(_one_line(cls, error)) from None
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON/YAML-ready dict (lists, not tuples) that `from_dict` reads back."""
         return self.model_dump(mode="json")
 
     def replace(self, **changes: Any) -> Any:
-        """A copy with some fields changed (checked again)."""
-        return type(self)(**{**dict(self), **changes})
-
-
-def _yaml_number(value: Any) -> Any:
-    """YAML 1.1 (PyYAML) reads `1e-3`, an exponent without a dot, as a string: take the number
-    it means; anything else is left for the type check to name."""
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return value
-    return value
-
-
-def _tuple(value: Any) -> Any:
-    return tuple(value) if isinstance(value, list) else value
-
-
-def _regex_list(value: Any) -> Any:
-    """One regex or a list of them, as a tuple."""
-    return (value,) if isinstance(value, str) else _tuple(value)
+        """A copy with some fields changed (checked again, as `from_dict`)."""
+        return self.from_dict({**dict(self), **changes})
 
 
 class ScheduleConfig(_Checked):
@@ -154,9 +132,6 @@ class ScheduleConfig(_Checked):
 
     Steps are optimiser updates: with `accumulate_steps=k` one schedule step is k micro-batches.
     """
-
-    _what: ClassVar[str] = "schedule"
-    _prefix: ClassVar[str] = "schedule."
 
     name: ScheduleName = "constant"
     """The schedule's shape."""
@@ -172,42 +147,33 @@ class ScheduleConfig(_Checked):
     stable phase fills the rest)."""
     init_lr_ratio: float = Field(0.0, ge=0)
     """The learning rate at step 0, as a fraction of `lr`."""
-    decay_shape: DecayShape = "linear"
+    decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"
     """WSD only: the decay's shape ("sqrt" is 1 - sqrt of the progress)."""
 
-    _numbers = field_validator("final_lr_ratio", "init_lr_ratio", mode="before")(_yaml_number)
+    _numbers = field_validator("final_lr_ratio", "init_lr_ratio", mode="before")(_yaml_float)
 
+    @model_validator(mode="before")
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | str) -> ScheduleConfig:
-        """From a mapping, or from just a schedule name."""
-        return cls(name=data) if isinstance(data, str) else super().from_dict(data)
+    def _from_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
 
     @model_validator(mode="after")
     def _phases(self) -> ScheduleConfig:
-        name, warmup, total = self.name, self.warmup_steps, self.total_steps
-        decay = self.decay_steps
+        name, total, decay = self.name, self.total_steps, self.decay_steps
+        warmup = self.warmup_steps
         if name in ("warmup_cosine", "warmup_linear", "wsd") and total is None:
             raise ConfigError(f"schedule {name!r} needs total_steps (where the decay ends)")
-        if total is not None and warmup > total:
+        if name == "wsd" and decay is None:
+            raise ConfigError("schedule 'wsd' needs decay_steps (length of the final decay)")
+        for field, default in (("decay_steps", None), ("decay_shape", "linear")):
+            if name != "wsd" and getattr(self, field) != default:
+                raise ConfigError(f"schedule.{field} is only used by 'wsd', not {name!r}")
+        if total is not None and warmup + (decay or 0) > total:
+            steps = "warmup_steps + decay_steps" if decay else "warmup_steps"
             raise ConfigError(
-                f"schedule.warmup_steps ({warmup}) exceeds total_steps ({total}); shorten the "
-                "warmup or lengthen the run"
+                f"schedule.{steps} ({warmup}{f' + {decay}' if decay else ''}) exceeds "
+                f"total_steps ({total}); shorten the warmup or lengthen the run"
             )
-        if name == "wsd":
-            if decay is None:
-                raise ConfigError("schedule 'wsd' needs decay_steps (length of the final decay)")
-            if warmup + decay > total:
-                raise ConfigError(
-                    f"schedule 'wsd': warmup_steps + decay_steps ({warmup} + {decay}) exceeds "
-                    f"total_steps ({total})"
-                )
-        elif decay is not None:
-            raise ConfigError(
-                f"schedule.decay_steps is only used by 'wsd', not {name!r}; remove it "
-                "(cosine and linear decay end at total_steps)"
-            )
-        if name != "wsd" and self.decay_shape != "linear":
-            raise ConfigError(f"schedule.decay_shape is only used by 'wsd', not {name!r}")
         return self
 
 
@@ -216,8 +182,6 @@ class OptimizerConfig(_Checked):
 
     Regexes use `re.search` on the `/`-joined parameter path (`layers/0/attn/q_proj/kernel`).
     """
-
-    _what: ClassVar[str] = "optimizer config"
 
     name: OptimizerName = "adamw"
     """The optimiser (`OPTIMIZERS`)."""
@@ -265,73 +229,27 @@ class OptimizerConfig(_Checked):
     muon_exclude: Regexes | None = None
     """muon only: regexes of matrices sent to the Adam fallback anyway; null means
     `DEFAULT_MUON_EXCLUDE` (embeddings and the output head)."""
-    muon_dimension_numbers: dict[str, tuple[Axes, Axes] | None] = {}
+    muon_dimension_numbers: dict[str, AxesPair] = {}
     """muon only: regex -> `[reduction_axes, output_axes]` for parameters that are matrices in
     disguise (a `[embed, heads, head_dim]` kernel, a scanned `[layers, in, out]` stack: the
     other axes are batch axes), or null to send them to the Adam fallback. Unmatched
     parameters use the default rule (2-D -> muon)."""
 
-    _numbers = field_validator(
-        "learning_rate",
-        "weight_decay",
-        "clip_norm",
-        "b1",
-        "b2",
-        "eps",
-        "momentum",
-        "ema_decay",
-        mode="before",
-    )(_yaml_number)
-    _regex_lists = field_validator("weight_decay_mask", "frozen", "muon_exclude", mode="before")(
-        _regex_list
+    _numbers = field_validator(*_NUMBERS, "ema_decay", "lr_multipliers", mode="before")(_yaml_float)
+
+    @field_validator(
+        "weight_decay_mask", "frozen", "muon_exclude", "lr_multipliers", "muon_dimension_numbers"
     )
-
-    @field_validator("schedule", mode="before")
     @classmethod
-    def _schedule_name(cls, value: Any) -> Any:
-        return {"name": value} if isinstance(value, str) else value
-
-    @field_validator("lr_multipliers", mode="before")
-    @classmethod
-    def _multipliers(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            return value
-        compile_regexes(value, "lr_multipliers")
-        return {regex: _yaml_number(factor) for regex, factor in value.items()}
-
-    @field_validator("muon_dimension_numbers", mode="before")
-    @classmethod
-    def _dimension_numbers(cls, value: Any) -> Any:
-        """`[reduction, output]` (an axis or a list of axes each), `{reduction_axis,
-        output_axis}`, or null, as a pair of tuples."""
-        if not isinstance(value, Mapping):
-            return value
-        compile_regexes(value, "muon_dimension_numbers")
-        out = {}
-        for regex, dims in value.items():
-            if isinstance(dims, Mapping):
-                dims = (dims.get("reduction_axis"), dims.get("output_axis"))
-            if dims is not None and (not isinstance(dims, list | tuple) or len(dims) != 2):
-                raise ConfigError(
-                    f"muon_dimension_numbers[{regex!r}] must be [reduction_axes, output_axes] "
-                    f"or null, got {dims!r}"
-                )
-            out[regex] = dims and tuple(
-                (a,) if isinstance(a, int) and not isinstance(a, bool) else _tuple(a) for a in dims
-            )
-        return out
-
-    @field_validator("weight_decay_mask", "frozen", "muon_exclude")
-    @classmethod
-    def _compiles(cls, value: Regexes | None, info: Any) -> Regexes | None:
-        compile_regexes(value or (), info.field_name)
+    def _regexes_compile(cls, value: Any, info: pydantic.ValidationInfo) -> Any:
+        compile_regexes(value or (), str(info.field_name))
         return value
 
     @model_validator(mode="after")
     def _applies(self) -> OptimizerConfig:
         """Fields the chosen optimiser would ignore, and its own bounds."""
-        name = self.name
-        unused = [f for f in _OPTIONAL if getattr(self, f) is not None and f not in _USES[name]]
+        name, fields = self.name, type(self).model_fields
+        unused = sorted(f for f in _OPTIONAL - _USES[name] if getattr(self, f) != fields[f].default)
         if unused:
             raise ConfigError(
                 f"{unused} have no effect with optimizer {name!r} (it reads "
@@ -342,10 +260,6 @@ class OptimizerConfig(_Checked):
                 raise ConfigError(f"{field} must be < 1 with {name!r} (only lion takes 1), got 1")
         if name == "sgd" and self.nesterov and not self.momentum:
             raise ConfigError("sgd with nesterov=true needs momentum > 0; set momentum")
-        if self.muon_exclude is not None and name != "muon":
-            raise ConfigError(f"muon_exclude only applies to muon, not {name!r}")
-        if self.muon_dimension_numbers and name != "muon":
-            raise ConfigError(f"muon_dimension_numbers only applies to muon, not {name!r}")
         return self
 
     @property
@@ -376,44 +290,18 @@ class OptimizerConfig(_Checked):
         return _import_yaml().safe_dump(self.to_dict(), sort_keys=False)
 
 
-def explain(cls: type[_Checked], error: ValidationError) -> str:
-    """The first problem of a ValidationError as one line naming the field, the value and the
-    range, the valid names or the valid fields."""
+def _one_line(cls: type[_Checked], error: ValidationError) -> str:
+    """The first problem: a rule's own sentence, or the dotted field, pydantic's message (it
+    states the range, the valid names or the type) and the bad value."""
     first = error.errors()[0]
-    loc, kind, value, ctx = first["loc"], first["type"], first.get("input"), first.get("ctx", {})
-    field = _field_path(cls, loc)
-    if kind == "value_error":
-        cause = ctx.get("error")
-        return str(cause) if isinstance(cause, ConfigError) else f"{field} {cause}, got {value!r}"
-    if kind == "extra_forbidden":
-        parent = ScheduleConfig if loc[:-1] == ("schedule",) else cls
-        unknown = sorted(
-            str(e["loc"][-1])
-            for e in error.errors()
-            if e["type"] == kind and e["loc"][:-1] == loc[:-1]
-        )
-        valid = list(parent.model_fields)
-        return f"{parent._what}: unknown field(s) {unknown}; valid fields: {valid}"
-    if kind == "literal_error" and field in _CHOICES:
-        what, plural, names = _CHOICES[field]
-        return f"{what} {value!r} is unknown; valid {plural}: {list(names)}"
-    if kind in _MUST:
-        return f"{field} must be {_MUST[kind].format(**ctx)}, got {value!r}"
-    return f"{field}: {first['msg']}, got {value!r}"
-
-
-def _field_path(cls: type[BaseModel], loc: tuple[Any, ...]) -> str:
-    """`("schedule", "warmup_steps")` -> "schedule.warmup_steps"; a mapping's key or a list's
-    index in brackets: "lr_multipliers['norm']", "frozen[0]"."""
-    path, model = cls._prefix, cls
-    for part in loc:
-        if model is not None and part in model.model_fields:
-            path += f".{part}" if path and not path.endswith(".") else str(part)
-            inner = model.model_fields[part].annotation
-            model = inner if isinstance(inner, type) and issubclass(inner, BaseModel) else None
-        else:
-            path, model = f"{path}[{part!r}]", None
-    return path
+    loc, cause = first["loc"], first.get("ctx", {}).get("error")
+    if isinstance(cause, ConfigError):
+        return str(cause)
+    field = ".".join(map(str, loc)) or cls.__name__
+    if first["type"] == "extra_forbidden":
+        model = ScheduleConfig if loc[:-1] == ("schedule",) else cls
+        return f"{field}: unknown field; valid fields: {list(model.model_fields)}"
+    return f"{field}: {cause or first['msg']}, got {first['input']!r}"
 
 
 def _import_yaml() -> Any:

@@ -22,7 +22,8 @@ from flax import nnx
 
 from jaxstack.quantlib._src import evaluate, intercept, qtypes, tensor
 from jaxstack.quantlib._src.errors import RuleError
-from jaxstack.quantlib._src.rules import QuantRule, match_rules
+from jaxstack.quantlib._src.match import match_rules
+from jaxstack.quantlib._src.rules import QuantRule
 
 
 class PtqProvider:

@@ -1,46 +1,32 @@
-"""QuantRule: what to quantise, chosen by a regex over module paths; first match wins.
+"""QuantRule: what to quantise, chosen by a regex over module paths; presets and rules files.
 
-Module paths are the `/`-joined attribute paths of the model's module graph
-(`layers/0/attn/q_proj`), matched with `re.search` like nnlib's surgery patterns. Only modules
-that own a `kernel` (nnlib's Dense, Flax NNX's Linear and Einsum, or any module of that shape)
-are candidates. A rule whose `weight_qtype` and `act_qtype` are both None quantises nothing:
-placed first it excludes the modules it matches from the rules after it.
+A rule whose `weight_qtype` and `act_qtype` are both None quantises nothing: placed first it
+excludes the modules it matches from the rules after it (`match.py` applies rules to a model:
+first match wins).
 
 A rule is a frozen pydantic model: its fields' types, ranges and docstrings give the checks and
 the JSON Schema of a rules file entry (`QuantRule.model_json_schema()`). Made directly (keywords,
-or positionally in field order) or read from a rules file it raises `RuleError`, one line naming
-the field, the bad value and what it may be; `QuantRule.model_validate` raises pydantic's
-`ValidationError`, for callers that embed rules in their own models and word errors themselves.
+or positionally in field order) or by `QuantRule.model_validate` it raises pydantic's
+`ValidationError`, each problem located by its field. Read from a rules file (`load_rules`, a
+`quant.json`) it raises a one-line `RuleError`: the file, the rule's index, the field, pydantic's
+message (the valid qtypes, the range or the type) and the bad value, or a rule's own sentence.
 """
 
 from __future__ import annotations
 
-import difflib
 import pathlib
 import re
 import reprlib
-import warnings
-from collections.abc import Iterator, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import yaml
-from flax import nnx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from jaxstack.quantlib._src import calibration
-from jaxstack.quantlib._src.errors import QuantWarning, RuleError
+from jaxstack.quantlib._src.errors import RuleError
 
 WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
 ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
-WEIGHT_QTYPES, ACT_QTYPES = list(get_args(WeightQType)), list(get_args(ActQType))
-# What a value of the wrong type or range should have been: "<field>=<value> must be <this>".
-_MUST = {
-    "module_path": "a regex string",
-    "tile_size": "a positive int or None (per channel)",
-    "weight_calibration": "a string",
-    "act_calibration": "a string",
-    "act_static": "true or false",
-}
 
 
 class QuantRule(BaseModel):
@@ -68,17 +54,10 @@ class QuantRule(BaseModel):
     on the fly (needs `act_qtype`)."""
 
     def __init__(self, *args: Any, **data: Any) -> None:
-        names = list(type(self).model_fields)
-        if len(args) > len(names) or set(names[: len(args)]) & set(data):
-            raise TypeError("QuantRule: too many or repeated arguments")
-        try:
-            super().__init__(**dict(zip(names, args, strict=False)), **data)
-        except ValidationError as error:
-            raise RuleError(explain(error)) from None
-
-    # Marks this __init__ as pydantic's own, so validation (`model_validate`, a model holding
-    # rules) does not call it and keeps pydantic's structured errors.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+        """Fields by keyword, or positionally in their order (`QuantRule(".*", "int4")`)."""
+        if len(args) > len(type(self).model_fields):
+            raise TypeError(f"QuantRule takes {len(type(self).model_fields)} fields")
+        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
 
     @field_validator("module_path")
     @classmethod
@@ -108,30 +87,6 @@ class QuantRule(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The fields as a plain dict (JSON/YAML-ready) that `QuantRule(**d)` reads back."""
         return self.model_dump()
-
-
-def explain(error: ValidationError, where: str = "") -> str:
-    """The first problem of a QuantRule's ValidationError as one line; `where` (a file and a
-    rule index) leads it."""
-    first = error.errors()[0]
-    kind, value, ctx = first["type"], first.get("input"), first.get("ctx", {})
-    field = ".".join(map(str, first["loc"]))
-    if kind == "extra_forbidden":
-        unknown = sorted(str(e["loc"][-1]) for e in error.errors() if e["type"] == kind)
-        known = list(QuantRule.model_fields)
-        return f"{where or 'QuantRule'} has unknown key(s) {unknown}; known: {known}"
-    if kind == "value_error" and isinstance(ctx.get("error"), RuleError):
-        message = str(ctx["error"])
-    elif kind == "literal_error" and field == "act_qtype" and value in WEIGHT_QTYPES:
-        message = f"act_qtype={value!r} is for weights only; activations take {ACT_QTYPES}"
-    elif kind == "literal_error":
-        names = ACT_QTYPES if field == "act_qtype" else WEIGHT_QTYPES
-        message = f"{field}={value!r} is not a supported qtype; use one of {names}"
-    elif field in _MUST:
-        message = f"{field}={value!r} must be {_MUST[field]}"
-    else:
-        message = f"{field}={value!r}: {first['msg']}"
-    return f"{where}: {message}" if where else message
 
 
 PRESETS: dict[str, tuple[QuantRule, ...]] = {
@@ -165,8 +120,20 @@ def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
         try:
             rules.append(QuantRule.model_validate(item))
         except ValidationError as error:
-            raise RuleError(explain(error, f"{source}: rule {i}")) from None
+            raise RuleError(f"{source}: rule {i}: {_one_line(error)}") from None
     return tuple(rules)
+
+
+def _one_line(error: ValidationError) -> str:
+    """The first problem: a rule's own sentence, or the field, the bad value and pydantic's
+    message (it states the valid qtypes, the range or the type)."""
+    first = error.errors()[0]
+    key, cause = ".".join(map(str, first["loc"])), first.get("ctx", {}).get("error")
+    if isinstance(cause, RuleError):
+        return str(cause)
+    if first["type"] == "extra_forbidden":
+        return f"unknown key {key!r}; known: {list(QuantRule.model_fields)}"
+    return f"{key}={first['input']!r}: {first['msg']}"
 
 
 def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
@@ -192,48 +159,3 @@ def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
     except yaml.YAMLError as e:
         raise RuleError(f"{path} does not parse as YAML: {str(e).splitlines()[0]}") from e
     return rules_from_dicts(items, str(path))
-
-
-def iter_candidates(model: nnx.Module) -> Iterator[tuple[str, nnx.Module]]:
-    """(path, module) for every module that owns a `kernel` variable."""
-    for path, node in nnx.iter_graph(model):
-        if isinstance(node, nnx.Module) and isinstance(getattr(node, "kernel", None), nnx.Variable):
-            yield "/".join(str(k) for k in path), node
-
-
-def match_rules(
-    model: nnx.Module, rules: Sequence[QuantRule]
-) -> list[tuple[str, nnx.Module, QuantRule]]:
-    """(path, module, rule) for each candidate module; the first matching rule wins.
-
-    A rule that matches no module is a QuantWarning naming the nearest module paths.
-    """
-    if not rules:
-        raise RuleError("no quantisation rules given; pass at least one QuantRule")
-    compiled = [(re.compile(r.module_path), r) for r in rules]
-    candidates = list(iter_candidates(model))
-    used: set[int] = set()
-    matches = []
-    for path, module in candidates:
-        for i, (rx, rule) in enumerate(compiled):
-            if rx.search(path):
-                used.add(i)
-                if rule.quantizes:
-                    matches.append((path, module, rule))
-                break
-    paths = [p for p, _ in candidates]
-    for i, rule in enumerate(rules):
-        if i not in used:
-            near = difflib.get_close_matches(rule.module_path, paths, n=3, cutoff=0.0)
-            warnings.warn(
-                f"quantisation rule {i} (module_path={rule.module_path!r}) matched no module"
-                f"{' before an earlier rule' if _searches_any(rule, paths) else ''}; "
-                f"nearest module paths: {near}",
-                QuantWarning,
-                stacklevel=3,
-            )
-    return matches
-
-
-def _searches_any(rule: QuantRule, paths: list[str]) -> bool:
-    return any(re.search(rule.module_path, p) for p in paths)
