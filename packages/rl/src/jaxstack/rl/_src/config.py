@@ -25,23 +25,14 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from jaxstack import trainer
 from jaxstack.rl._src.errors import ConfigError
-from jaxstack.trainer import (
-    Config,
-    MeshConfig,
-    Section,
-    TrainSection,
-    apply_overrides,
-    list_configs,
-    read_config_tree,
-)
-from jaxstack.trainer import ConfigError as TrainerConfigError
 
 ALGORITHMS = ("sft", "dpo", "orpo", "grpo", "ppo")
 """The post-training algorithms, one `jaxstack-rl` subcommand and config section each."""
 
 
-class InitSection(Section):
+class InitSection(trainer.Section):
     """Starting weights; neither set = a freshly initialised model (seeded by train.seed)."""
 
     checkpoint: str | None = None
@@ -51,7 +42,7 @@ class InitSection(Section):
     """A Hugging Face model folder (its tokenizer becomes data.tokenizer unless that is set)."""
 
 
-class LoraSection(Section):
+class LoraSection(trainer.Section):
     """LoRA adapters on the modules whose paths match `pattern`; QLoRA with `quantize`."""
 
     rank: int = Field(0, ge=0)
@@ -69,7 +60,7 @@ class LoraSection(Section):
     """Quantisation block size along the input features."""
 
 
-class SftSection(Section):
+class SftSection(trainer.Section):
     """Supervised fine-tuning on chat records."""
 
     chat_template: str | None = None
@@ -78,7 +69,7 @@ class SftSection(Section):
     """Which tokens the loss covers: the assistant's replies, or all."""
 
 
-class DpoSection(Section):
+class DpoSection(trainer.Section):
     """Direct preference optimisation."""
 
     beta: float = Field(0.1, ge=0)
@@ -89,14 +80,14 @@ class DpoSection(Section):
     """The frozen reference's log-probs: computed once before training, or each step."""
 
 
-class OrpoSection(Section):
+class OrpoSection(trainer.Section):
     """Odds-ratio preference optimisation."""
 
     beta: float = Field(0.1, ge=0)
     """Weight of the odds-ratio term (the paper's lambda)."""
 
 
-class RolloutSection(Section):
+class RolloutSection(trainer.Section):
     """How GRPO and PPO sample completions."""
 
     group_size: int = Field(8, ge=2)
@@ -111,7 +102,7 @@ class RolloutSection(Section):
     """A raising reward function: "stop" the run, or "skip" the completion (no gradient)."""
 
 
-class GrpoSection(Section):
+class GrpoSection(trainer.Section):
     """Group relative policy optimisation."""
 
     clip_eps: float = Field(0.2, ge=0)
@@ -127,7 +118,7 @@ class GrpoSection(Section):
     """Divide advantages by the group's standard deviation (false: Dr. GRPO)."""
 
 
-class PpoSection(Section):
+class PpoSection(trainer.Section):
     """Proximal policy optimisation with a value head and GAE."""
 
     clip_eps: float = Field(0.2, ge=0)
@@ -146,12 +137,12 @@ class PpoSection(Section):
     """Optimiser steps on each batch of rollouts."""
 
 
-class RolePlacement(Section):
+class RolePlacement(trainer.Section):
     """Where one role's arrays live."""
 
     devices: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
     """Indices into `jax.devices()`; null: all of them."""
-    mesh: MeshConfig | None = None
+    mesh: trainer.MeshConfig | None = None
     """Mesh axes over those devices; null: the run's `mesh` section."""
 
     @field_validator("devices")
@@ -162,7 +153,7 @@ class RolePlacement(Section):
         return devices
 
 
-class RolesSection(Section):
+class RolesSection(trainer.Section):
     """GRPO's and PPO's roles (PPO's critic is a value head on the actor's trunk, so it lives
     with the actor). Whether they fit this host is checked at run start."""
 
@@ -174,7 +165,7 @@ class RolesSection(Section):
     """The rollout engine."""
 
 
-class RLConfig(Config):
+class RLConfig(trainer.Config):
     """A validated post-training config: the trainer's sections and ours."""
 
     algorithm: Literal[ALGORITHMS] = "sft"  # type: ignore[valid-type]
@@ -233,7 +224,7 @@ def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
     schedule = optim.get("schedule") if isinstance(optim, Mapping) else None
     if not isinstance(schedule, Mapping):
         return tree
-    steps = schedule.get("total_steps") or (train or {}).get("steps", TrainSection().steps)
+    steps = schedule.get("total_steps") or (train or {}).get("steps", trainer.TrainSection().steps)
     if type(steps) is not int or steps < 1:
         return tree  # the trainer names the bad value
     schedule = dict(schedule)
@@ -251,7 +242,6 @@ def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
             f"optim.schedule.warmup_steps={warmup} is not shorter than the {steps}-step run; "
             f"using {steps // 10} (a tenth of it). Set optim.schedule.warmup_ratio (a share of "
             "the run) or warmup_steps to choose.",
-            UserWarning,
             stacklevel=4,
         )
         schedule["warmup_steps"] = steps // 10
@@ -260,7 +250,7 @@ def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
 
 def list_presets() -> list[str]:
     """Names of the YAML configs shipped with jaxstack-rl."""
-    return list_configs("jaxstack.rl._src")
+    return trainer.list_configs(__package__)
 
 
 def load_config(
@@ -271,8 +261,8 @@ def load_config(
     `algorithm` (from the CLI sub-command) wins over the file's `algorithm` key.
     """
     try:
-        tree = read_config_tree(name_or_path, "jaxstack.rl._src")[0] if name_or_path else {}
-        tree = apply_overrides(tree, overrides)
-    except TrainerConfigError as e:
+        tree = trainer.read_config_tree(name_or_path, __package__)[0] if name_or_path else {}
+        tree = trainer.apply_overrides(tree, overrides)
+    except trainer.ConfigError as e:
         raise ConfigError(str(e)) from None
     return RLConfig.from_dict(tree, algorithm)

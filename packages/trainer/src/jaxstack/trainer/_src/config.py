@@ -29,17 +29,9 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
+import pydantic
 import yaml
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    ValidationError,
-    create_model,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from jaxstack.trainer._src.errors import ConfigError
 
@@ -60,14 +52,12 @@ class Section(BaseModel):
         return self.model_dump(mode="json")
 
 
-def validate_config(
-    cls: type[BaseModel], tree: Any, prefix: str = "", error: type[Exception] = ConfigError
-) -> Any:
+def validate_config(cls: Any, tree: Any, prefix: str = "", error: Any = ConfigError) -> Any:
     """`cls.model_validate(tree)`, raising `error` with one line about the first problem; keys
     are named under `prefix` (the section `tree` is, when it is not a whole config)."""
     try:
         return cls.model_validate(tree)
-    except ValidationError as e:
+    except pydantic.ValidationError as e:
         raise error(explain(cls, e.errors()[0], prefix)) from None
 
 
@@ -98,11 +88,8 @@ class _Loader(yaml.SafeLoader):
     """PyYAML's safe loader reading floats as YAML 1.2 does: `3e-4` and `1E5` are numbers."""
 
 
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$"),
-    list("-+0123456789"),
-)
+_EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")  # YAML 1.1 misses these
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
 
 
 def load_yaml(text: str) -> Any:
@@ -125,26 +112,21 @@ def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return dict(tree or {})
 
 
-def list_configs(package: str = "jaxstack.trainer._src") -> list[str]:
+def list_configs(package: str = __package__) -> list[str]:
     """Names of the YAML presets shipped in `package`'s `presets` folder (the trainer's)."""
     root = importlib.resources.files(package) / "presets"
     return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
 
 
-def read_config_tree(
-    name_or_path: str, package: str = "jaxstack.trainer._src"
-) -> tuple[dict[str, Any], str]:
+def read_config_tree(name_or_path: str, package: str = __package__) -> tuple[dict, str]:
     """The tree of a YAML file (by path) or of a preset of `package` (by name), and its name.
     A preset's relative `data.path` (its own records, in presets/data/) is made absolute."""
     path, presets = os.fspath(name_or_path), list_configs(package)
     if path.endswith((".yaml", ".yml")) or os.path.isfile(path):
         return read_yaml_file(path), pathlib.Path(path).stem
     if path not in presets:
-        near = difflib.get_close_matches(path, presets, n=1)
-        raise ConfigError(
-            f"unknown config preset {path!r}.{f' Did you mean {near[0]!r}?' if near else ''} "
-            f"Available presets: {', '.join(presets)}; or pass a path to a YAML file."
-        )
+        near = "".join(f" Did you mean {p!r}?" for p in difflib.get_close_matches(path, presets, 1))
+        raise ConfigError(f"unknown config preset {path!r}.{near} Presets: {', '.join(presets)}")
     root = pathlib.Path(str(importlib.resources.files(package) / "presets"))
     tree = load_yaml((root / f"{path}.yaml").read_text()) or {}
     if isinstance(tree.get("data"), dict) and "path" in tree["data"]:
@@ -177,9 +159,7 @@ def parse_override(item: str) -> tuple[str, Any]:
     """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
     key, _, raw = (part.strip() for part in item.partition("="))
     if not key or "=" not in item:
-        raise ConfigError(
-            f"override {item!r} is not of the form section.key=value, e.g. optim.lr=3e-4"
-        )
+        raise ConfigError(f"override {item!r} is not of the form section.key=value (optim.lr=3)")
     try:
         return ALIASES.get(key, key), load_yaml(raw)
     except yaml.YAMLError:
@@ -358,7 +338,7 @@ class Config(Section):
 
     error: ClassVar[type[Exception]] = ConfigError
     schema_title: ClassVar[str] = "jaxstack-train run config"
-    _optimizer: Any = PrivateAttr(None)
+    _optimizer: Any = pydantic.PrivateAttr(None)
 
     @property
     def optimizer(self) -> Any:
@@ -385,15 +365,11 @@ class Config(Section):
         model = _model_section().model_json_schema()["properties"]
         for field in [*model.values()][1:]:  # but `preset`: the preset's values are the defaults
             field.pop("default", None)
-        schema["properties"]["model"].update(properties=model, additionalProperties=False)
         optim = optlib.OptimizerConfig.model_json_schema()
-        schema["$defs"].update(optim["$defs"])
-        schedule = schema["$defs"]["ScheduleConfig"]["properties"]
-        schedule["total_steps"]["description"] += " In a run config, null: train.steps."
-        lr = {"type": "number", "description": "Short for learning_rate."}
-        optim["properties"] = {"lr": lr, **optim["properties"]}
-        schema["properties"]["optim"].update(properties=optim["properties"])
-        schema["properties"]["optim"]["additionalProperties"] = False
+        schema["$defs"] |= optim["$defs"]
+        lr = {"lr": {"type": "number", "description": "Short for learning_rate."}}
+        for key, fields in ("model", model), ("optim", lr | optim["properties"]):
+            schema["properties"][key] |= {"properties": fields, "additionalProperties": False}
         return schema
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -409,14 +385,12 @@ class Config(Section):
         from jaxstack import nnlib
 
         checked = validate_config(_model_section(), {"preset": "tiny", **model}, "model")
-        model = {k: getattr(checked, k) for k in ("preset", *model)}
+        fields = {k: getattr(checked, k) for k in model if k != "preset"}
         try:
-            nnlib.get_preset(checked.preset).replace(
-                **{k: model[k] for k in model if k != "preset"}
-            )
+            nnlib.get_preset(checked.preset).replace(**fields)
         except (nnlib.Error, TypeError, ValueError) as e:
             raise ConfigError(f"model: {e}") from None
-        return model
+        return {"preset": checked.preset, **fields}
 
     @field_validator("optim")
     @classmethod
@@ -436,9 +410,8 @@ class Config(Section):
         schedule = optim.get("schedule")
         schedule = {"name": schedule} if isinstance(schedule, str) else schedule
         if isinstance(schedule, Mapping) and schedule.get("name", "constant") != "constant":
-            optim["schedule"] = {"total_steps": steps} | {
-                k: v for k, v in schedule.items() if v is not None
-            }
+            total = schedule.get("total_steps")
+            optim["schedule"] = {**schedule, "total_steps": steps if total is None else total}
         self._optimizer = resolved = validate_config(optlib.OptimizerConfig, optim, "optim")
         warmup, total = resolved.schedule.warmup_steps, resolved.schedule.total_steps
         if resolved.schedule.name != "constant" and warmup >= total:
@@ -470,7 +443,7 @@ def _model_section() -> type[Section]:
         for k, t in typing.get_type_hints(nnlib.ModelConfig).items()
     }
     preset = (Literal[tuple(nnlib.list_presets())], "tiny")
-    return create_model("ModelSection", __base__=Section, preset=preset, **fields)
+    return pydantic.create_model("ModelSection", __base__=Section, preset=preset, **fields)
 
 
 def load_config(name_or_path: str = "tiny", overrides: Iterable[str] = ()) -> Config:
