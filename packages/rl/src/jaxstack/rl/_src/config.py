@@ -210,8 +210,8 @@ class RLConfig(trainer.Config):
             raise ConfigError("lora.quantize (QLoRA) needs adapters: set lora.rank > 0")
         if self.lora.quantize and self.algorithm in ("grpo", "ppo"):
             raise ConfigError(
-                f"lora.quantize (QLoRA) is for sft, dpo and orpo; {self.algorithm}'s rollout "
-                "engine serves float weights, so use lora.quantize=null"
+                f"lora.quantize (QLoRA) is for sft, dpo and orpo: {self.algorithm}'s rollout "
+                "engine serves float weights (use lora.quantize=null)"
             )
         return self
 
@@ -220,14 +220,14 @@ def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
     """`optim.schedule.warmup_ratio` (TRL's name: warmup as a share of the run) becomes
     `warmup_steps` (replacing any given); a warmup as long as the run or longer (a preset's
     warmup in a short run) is clamped to a tenth of the run, with a warning, not refused."""
-    optim, train = tree.get("optim"), tree.get("train")
-    schedule = optim.get("schedule") if isinstance(optim, Mapping) else None
-    if not isinstance(schedule, Mapping):
-        return tree
-    steps = schedule.get("total_steps") or (train or {}).get("steps", trainer.TrainSection().steps)
+    try:
+        optim, schedule = tree["optim"], dict(tree["optim"]["schedule"])
+        train = tree.get("train") or {}
+        steps = schedule.get("total_steps") or train.get("steps", trainer.TrainSection().steps)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return tree  # no schedule mapping: nothing to fit
     if type(steps) is not int or steps < 1:
         return tree  # the trainer names the bad value
-    schedule = dict(schedule)
     ratio = schedule.pop("warmup_ratio", None)
     if ratio is not None:
         if type(ratio) not in (int, float) or not 0 <= ratio < 1:

@@ -35,9 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from jaxstack.trainer._src.errors import ConfigError
 
-ALIASES = {"optim.lr": "optim.learning_rate"}
-"""Override keys accepted for another key (the short name people type)."""
-
 
 class Section(BaseModel):
     """Base of every config section: strict types, no unknown keys, immutable. A field's
@@ -142,14 +139,11 @@ def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str,
     for item in overrides:
         key, value = parse_override(item)
         *sections, leaf = key.split(".")
-        if not sections:
-            raise ConfigError(f"override key {key!r} needs a section, e.g. train.{key}")
         node = tree
         for part in sections:
             if node.get(part) is None:
                 node[part] = {}
-            node = node[part]
-            if not isinstance(node, dict):
+            if not isinstance(node := node[part], dict):
                 raise ConfigError(f"cannot set {key!r}: {part!r} is a value, not a section")
         node[leaf] = value
     return tree
@@ -158,12 +152,13 @@ def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 def parse_override(item: str) -> tuple[str, Any]:
     """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
     key, _, raw = (part.strip() for part in item.partition("="))
+    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # the short name people type
     if not key or "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form section.key=value (optim.lr=3)")
     try:
-        return ALIASES.get(key, key), load_yaml(raw)
+        return key, load_yaml(raw)
     except yaml.YAMLError:
-        return ALIASES.get(key, key), raw
+        return key, raw
 
 
 # ---- the trainer's sections ----
@@ -217,10 +212,8 @@ class MeshConfig(Section):
     @model_validator(mode="after")
     def _axes(self) -> MeshConfig:
         axes = [self.data, self.fsdp, self.tensor, self.expert]
-        if sum(a == -1 for a in axes) > 1:
-            raise ConfigError("at most one mesh axis may be -1 (fill the remaining devices)")
-        if any(a == 0 or a < -1 for a in axes):
-            raise ConfigError(f"mesh axes must be positive or -1, got {axes}")
+        if axes.count(-1) > 1 or any(a == 0 or a < -1 for a in axes):
+            raise ConfigError(f"mesh axes must be positive or -1 (at most one), got {axes}")
         return self
 
 
@@ -416,18 +409,15 @@ class Config(Section):
         warmup, total = resolved.schedule.warmup_steps, resolved.schedule.total_steps
         if resolved.schedule.name != "constant" and warmup >= total:
             raise ConfigError(
-                f"optim.schedule.warmup_steps={warmup} leaves no steps to decay over in a "
-                f"{total}-step schedule (train.steps or optim.schedule.total_steps)"
+                f"optim.schedule.warmup_steps={warmup} leaves no steps to decay in {total} steps"
             )
-        if accum > 1 and resolved.accumulate_steps > 1:
+        if accum > 1 and (n := resolved.accumulate_steps) > 1:
             raise ConfigError(
-                f"train.grad_accum={accum} and optim.accumulate_steps="
-                f"{resolved.accumulate_steps} both accumulate gradients; keep one"
+                f"train.grad_accum={accum} and optim.accumulate_steps={n} both accumulate; keep one"
             )
-        if self.data.batch_size % accum:
+        if (batch := self.data.batch_size) % accum:
             raise ConfigError(
-                f"data.batch_size={self.data.batch_size} is not divisible by "
-                f"train.grad_accum={accum}; make it a multiple of grad_accum"
+                f"data.batch_size={batch} is not a multiple of train.grad_accum={accum}"
             )
         return self
 
