@@ -40,6 +40,7 @@ _EXPORTS = {
     "Error": "errors",
     "MeshError": "errors",
     "ResumeError": "errors",
+    "report_error": "errors",
     "GoodputTracker": "goodput",
     "TrainResult": "loop",
     "train": "loop",
