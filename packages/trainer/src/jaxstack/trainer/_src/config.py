@@ -59,13 +59,13 @@ def validate_config(cls: Any, tree: Any, prefix: str = "", error: Any = ConfigEr
 
 
 def explain(cls: type[BaseModel], err: Mapping[str, Any], prefix: str = "") -> str:
-    """One pydantic error of `cls` in one line. A validator's own sentence (a jaxstack error)
-    is kept, after the section it concerns; an unknown key gets the nearest valid one; anything
-    else is `key: <pydantic's message>, got <value>`."""
+    """One pydantic error of `cls` in one line. A validator's own sentence (a jaxstack error,
+    or any model-level one) is kept, after the section it concerns; an unknown key gets the
+    nearest valid one; anything else is `key: <pydantic's message>, got <value>`."""
     loc = [str(part) for part in err["loc"]]
     key = ".".join([prefix, *loc] if prefix else loc)
     cause = (err.get("ctx") or {}).get("error")
-    if type(cause).__module__.startswith("jaxstack."):
+    if type(cause).__module__.startswith("jaxstack.") or (cause and not loc):
         return f"{prefix}: {cause}" if prefix else str(cause)
     if err["type"] != "extra_forbidden":
         return f"{key}: {cause or err['msg']}, got {err['input']!r}"
