@@ -143,3 +143,15 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(capsys, tmp_path, arg
     assert err.count("\n") == 1 and err.startswith("jaxstack-train: error: "), err
     assert named in err
     assert not run_dir.exists()
+
+
+def test_report_error_answers_user_errors_in_one_line_and_raises_bugs(capsys):
+    from jaxstack import nnlib
+    from jaxstack.trainer import ConfigError, report_error
+
+    assert report_error("prog", ConfigError("bad key")) == 2
+    assert capsys.readouterr().err == "prog: error: bad key\n"
+    assert report_error("prog", nnlib.ConfigError("bad model")) == 2  # a sibling's own error
+    assert capsys.readouterr().err == "prog: error: ConfigError: bad model\n"
+    with pytest.raises(KeyError):
+        report_error("prog", KeyError("a bug"))

@@ -244,3 +244,11 @@ def test_the_schedule_spans_the_run_unless_total_steps_is_set():
     c = load_config("test", ["train.steps=40", "optim.schedule.total_steps=30"])
     assert c.optimizer.schedule.total_steps == 30
     assert Config.from_dict(c.to_dict()).optimizer == c.optimizer
+
+
+def test_an_override_may_set_a_top_level_key_and_a_bad_one_is_named():
+    assert load_config("tiny", ["name=mine"]).name == "mine"
+    with pytest.raises(ConfigError, match=r"^train: Input should be a valid dictionary.*got 3$"):
+        load_config("tiny", ["train=3"])
+    with pytest.raises(ConfigError, match=r"cannot set 'model\.preset\.x': 'preset' is a value"):
+        load_config("tiny", ["model.preset.x=1"])
