@@ -11,6 +11,12 @@ checked against *their* declarations, so each field has one source of truth:
   `learning_rate`), with `schedule` a nested mapping of `ScheduleConfig` fields whose
   `total_steps` defaults to `train.steps`; optlib's models validate it.
 
+The machinery comes first: `Section` (a frozen pydantic model that refuses unknown keys and
+converts nothing but an int where a float is declared), one YAML reader (YAML 1.2 floats: `3e-4`
+is a number) for files and override values, dotted overrides, and `validate_config`, which words
+pydantic's first error as one line: the dotted key, pydantic's own message (it states the range,
+the choices or the type) and the bad value, or for an unknown key the nearest valid one.
+
 `load_config("tiny", ["model.num_layers=2", "optim.lr=3e-4"])` reads a preset (or a YAML file),
 applies the overrides in order and validates the result; a bad key or value is one line naming
 the key and the fix before anything runs. The resolved config is written next to every run
