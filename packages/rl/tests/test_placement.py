@@ -81,8 +81,9 @@ def test_a_placement_that_does_not_fit_the_devices_is_a_config_error(
     "override, message",
     [
         ("roles.critic.devices=[0]", r"roles\.critic"),
-        ("roles.actor.devices=[1, 1]", r"roles\.actor\.devices=\[1, 1\]: .*distinct"),
-        ("roles.actor.devices=[]", r"roles\.actor\.devices=\[\]: .*at least one"),
+        ("roles.actor.devices=[1, 1]", r"^roles\.actor\.devices: .*distinct, got \[1, 1\]$"),
+        ("roles.actor.devices=[]", r"^roles\.actor\.devices: .*at least 1 item.*, got \[\]$"),
+        ("roles.actor.devices=[-1]", r"^roles\.actor\.devices\.0: .* equal to 0, got -1$"),
         ("roles.actor.mesh={data: 2, dcn: 1}", r"roles\.actor\.mesh\.dcn"),
     ],
 )

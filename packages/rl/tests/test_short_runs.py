@@ -67,11 +67,11 @@ def test_numeric_flags_are_checked_against_the_range_their_help_states(capsys):
 @pytest.mark.parametrize(
     "override,message",
     [
-        ("rollout.top_k=0", "rollout.top_k must be >= 1"),
-        ("ppo.gamma=1.5", r"ppo.gamma must be in \[0, 1\]"),
-        ("lora.dropout=1.0", r"lora.dropout must be in \[0, 1\)"),
-        ("lora.alpha=0", "lora.alpha must be > 0"),
-        ("ppo.value_clip_eps=-1", "ppo.value_clip_eps must be >= 0"),
+        ("rollout.top_k=0", r"^rollout\.top_k: Input should be greater than or equal to 1, got 0$"),
+        ("ppo.gamma=1.5", r"^ppo\.gamma: Input should be less than or equal to 1, got 1\.5$"),
+        ("lora.dropout=1.0", r"^lora\.dropout: Input should be less than 1, got 1\.0$"),
+        ("lora.alpha=0", r"^lora\.alpha: Input should be greater than 0, got 0$"),
+        ("ppo.value_clip_eps=-1", r"^ppo\.value_clip_eps: .* greater than or equal to 0, got -1$"),
     ],
 )
 def test_numeric_config_values_are_range_checked(override, message):

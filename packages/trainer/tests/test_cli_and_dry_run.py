@@ -126,14 +126,14 @@ def test_cli_dry_run_compiles_real_size_on_fake_cpu_devices():
         (["eval.every=-5"], "eval.every"),
         (["train.steps=2"], "optim.schedule.warmup_steps=2"),
         (["data.path={tmp}/empty.txt"], "empty.txt' is an empty file"),
-        (["--config", "{tmp}/list.yaml"], "holds a list"),
-        (["--config", "{tmp}/binary.yaml"], "not a text (UTF-8) file"),
+        (["--config", "{tmp}/list.yaml"], "holds [1, 2], not a mapping of sections"),
+        (["--config", "{tmp}/binary.yaml"], "not valid YAML: unacceptable character #x0089"),
     ],
 )
 def test_user_errors_are_one_line_exit_2_and_write_nothing(capsys, tmp_path, args, named):
     (tmp_path / "empty.txt").write_text("")
     (tmp_path / "list.yaml").write_text("- 1\n- 2\n")
-    (tmp_path / "binary.yaml").write_bytes(b"\xff\xfe\x00\x01")
+    (tmp_path / "binary.yaml").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x01")
     args = [a.format(tmp=tmp_path) for a in args]
     if "--config" not in args:
         args = ["--config", "test", *args]
@@ -143,3 +143,15 @@ def test_user_errors_are_one_line_exit_2_and_write_nothing(capsys, tmp_path, arg
     assert err.count("\n") == 1 and err.startswith("jaxstack-train: error: "), err
     assert named in err
     assert not run_dir.exists()
+
+
+def test_report_error_answers_user_errors_in_one_line_and_raises_bugs(capsys):
+    from jaxstack import nnlib
+    from jaxstack.trainer import ConfigError, report_error
+
+    assert report_error("prog", ConfigError("bad key")) == 2
+    assert capsys.readouterr().err == "prog: error: bad key\n"
+    assert report_error("prog", nnlib.ConfigError("bad model")) == 2  # a sibling's own error
+    assert capsys.readouterr().err == "prog: error: ConfigError: bad model\n"
+    with pytest.raises(KeyError):
+        report_error("prog", KeyError("a bug"))

@@ -84,23 +84,16 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *rest]
     try:
         return _main(parser, args)
-    except Error as e:
-        print(f"jaxstack-rl: error: {e}", file=sys.stderr)
-        return 2
     except Exception as e:
-        # Sibling packages' own errors are as user-facing as ours; anything else is a bug.
-        if type(e).__module__.startswith("jaxstack."):
-            print(f"jaxstack-rl: error: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        raise
+        from jaxstack.trainer import report_error
+
+        return report_error("jaxstack-rl", e, Error)
 
 
 def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    if args.list_configs:
-        print("\n".join(list_presets()))
-        return 0
-    if args.print_schema:
-        print(json.dumps(RLConfig.config_schema(), indent=1))
+    if args.list_configs or args.print_schema:
+        schema = args.print_schema and json.dumps(RLConfig.config_schema(), indent=1)
+        print(schema or "\n".join(list_presets()))
         return 0
     if args.command is None:
         parser.print_help()

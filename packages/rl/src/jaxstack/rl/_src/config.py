@@ -19,35 +19,20 @@ iteration for GRPO/PPO; `train.steps` counts optimiser steps (SFT, DPO, ORPO) or
 
 from __future__ import annotations
 
-import importlib.resources
-import os
-import pathlib
-import tempfile
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from jaxstack import trainer
 from jaxstack.rl._src.errors import ConfigError
-from jaxstack.trainer import (
-    Config,
-    MeshConfig,
-    Section,
-    TrainSection,
-    apply_overrides,
-    read_config_tree,
-)
 
 ALGORITHMS = ("sft", "dpo", "orpo", "grpo", "ppo")
 """The post-training algorithms, one `jaxstack-rl` subcommand and config section each."""
 
 
-class RLSection(Section):
-    choice_message: ClassVar[str] = "{key}={value!r}; use one of {choices}"
-
-
-class InitSection(RLSection):
+class InitSection(trainer.Section):
     """Starting weights; neither set = a freshly initialised model (seeded by train.seed)."""
 
     checkpoint: str | None = None
@@ -57,7 +42,7 @@ class InitSection(RLSection):
     """A Hugging Face model folder (its tokenizer becomes data.tokenizer unless that is set)."""
 
 
-class LoraSection(RLSection):
+class LoraSection(trainer.Section):
     """LoRA adapters on the modules whose paths match `pattern`; QLoRA with `quantize`."""
 
     rank: int = Field(0, ge=0)
@@ -75,7 +60,7 @@ class LoraSection(RLSection):
     """Quantisation block size along the input features."""
 
 
-class SftSection(RLSection):
+class SftSection(trainer.Section):
     """Supervised fine-tuning on chat records."""
 
     chat_template: str | None = None
@@ -84,7 +69,7 @@ class SftSection(RLSection):
     """Which tokens the loss covers: the assistant's replies, or all."""
 
 
-class DpoSection(RLSection):
+class DpoSection(trainer.Section):
     """Direct preference optimisation."""
 
     beta: float = Field(0.1, ge=0)
@@ -95,14 +80,14 @@ class DpoSection(RLSection):
     """The frozen reference's log-probs: computed once before training, or each step."""
 
 
-class OrpoSection(RLSection):
+class OrpoSection(trainer.Section):
     """Odds-ratio preference optimisation."""
 
     beta: float = Field(0.1, ge=0)
     """Weight of the odds-ratio term (the paper's lambda)."""
 
 
-class RolloutSection(RLSection):
+class RolloutSection(trainer.Section):
     """How GRPO and PPO sample completions."""
 
     group_size: int = Field(8, ge=2)
@@ -117,7 +102,7 @@ class RolloutSection(RLSection):
     """A raising reward function: "stop" the run, or "skip" the completion (no gradient)."""
 
 
-class GrpoSection(RLSection):
+class GrpoSection(trainer.Section):
     """Group relative policy optimisation."""
 
     clip_eps: float = Field(0.2, ge=0)
@@ -133,7 +118,7 @@ class GrpoSection(RLSection):
     """Divide advantages by the group's standard deviation (false: Dr. GRPO)."""
 
 
-class PpoSection(RLSection):
+class PpoSection(trainer.Section):
     """Proximal policy optimisation with a value head and GAE."""
 
     clip_eps: float = Field(0.2, ge=0)
@@ -152,29 +137,23 @@ class PpoSection(RLSection):
     """Optimiser steps on each batch of rollouts."""
 
 
-class RolePlacement(RLSection):
+class RolePlacement(trainer.Section):
     """Where one role's arrays live."""
 
-    devices: list[int] | None = None
+    devices: list[Annotated[int, Field(ge=0)]] | None = Field(None, min_length=1)
     """Indices into `jax.devices()`; null: all of them."""
-    mesh: MeshConfig | None = None
+    mesh: trainer.MeshConfig | None = None
     """Mesh axes over those devices; null: the run's `mesh` section."""
 
     @field_validator("devices")
     @classmethod
-    def _devices(cls, devices: list[int] | None) -> list[int] | None:
-        if devices is None:
-            return None
-        if not devices:
-            raise ValueError("give at least one device index (or null)")
-        if any(d < 0 for d in devices):
-            raise ValueError("give a list of device indices, e.g. [0, 1]")
-        if len(set(devices)) != len(devices):
-            raise ValueError("the indices must be distinct")
+    def _distinct(cls, devices: list[int] | None) -> list[int] | None:
+        if devices and len(set(devices)) != len(devices):
+            raise ValueError("the device indices must be distinct")
         return devices
 
 
-class RolesSection(RLSection):
+class RolesSection(trainer.Section):
     """GRPO's and PPO's roles (PPO's critic is a value head on the actor's trunk, so it lives
     with the actor). Whether they fit this host is checked at run start."""
 
@@ -186,7 +165,7 @@ class RolesSection(RLSection):
     """The rollout engine."""
 
 
-class RLConfig(Config):
+class RLConfig(trainer.Config):
     """A validated post-training config: the trainer's sections and ours."""
 
     algorithm: Literal[ALGORITHMS] = "sft"  # type: ignore[valid-type]
@@ -203,7 +182,6 @@ class RLConfig(Config):
     rewards: dict[str, float] = Field(default_factory=dict)
     """Reward functions of GRPO and PPO: `"module:function": weight`."""
 
-    choice_message: ClassVar[str] = RLSection.choice_message
     error: ClassVar[type[Exception]] = ConfigError
     schema_title: ClassVar[str] = "jaxstack-rl run config"
 
@@ -214,32 +192,27 @@ class RLConfig(Config):
 
     @classmethod
     def from_dict(cls, tree: Mapping[str, Any], algorithm: str | None = None) -> RLConfig:
-        """Validates a config tree; `algorithm` (the sub-command) wins over the tree's."""
-        tree = dict(tree)
-        tree["algorithm"] = algorithm or tree.get("algorithm")
-        init = tree.get("init")
-        if (
-            isinstance(init, Mapping)
-            and init.get("hf")
-            and "tokenizer" not in (tree.get("data") or {})
-        ):
-            # The model's own tokenizer: its ids are the ones the weights were trained on.
-            tree["data"] = {**(tree.get("data") or {}), "tokenizer": init["hf"]}
-        tree.setdefault("name", tree["algorithm"])
-        return super().from_dict(_short_run_warmup(tree), name=str(tree["name"]))
+        """Validates a config tree; `algorithm` (the sub-command) wins over the tree's. An
+        `init.hf` model's own tokenizer is `data.tokenizer` unless that is set."""
+        tree = {**tree, "algorithm": algorithm or tree.get("algorithm")}
+        init, data = tree.get("init"), tree.get("data") or {}
+        hf = init.get("hf") if isinstance(init, Mapping) else None
+        if hf and isinstance(data, Mapping) and "tokenizer" not in data:
+            tree["data"] = {**data, "tokenizer": hf}
+        name = tree.get("name") or tree["algorithm"]
+        return super().from_dict(_short_run_warmup(tree), name=str(name))
 
     @model_validator(mode="after")
     def _rl_together(self) -> RLConfig:
         if self.init.checkpoint and self.init.hf:
             raise ConfigError("init.checkpoint and init.hf are both set; keep one")
-        if self.lora.quantize is not None:
-            if self.lora.rank == 0:
-                raise ConfigError("lora.quantize (QLoRA) needs adapters: set lora.rank > 0")
-            if self.algorithm in ("grpo", "ppo"):
-                raise ConfigError(
-                    f"lora.quantize (QLoRA) is for sft, dpo and orpo; {self.algorithm}'s rollout "
-                    "engine serves float weights, so use lora.quantize=null"
-                )
+        if self.lora.quantize and not self.lora.rank:
+            raise ConfigError("lora.quantize (QLoRA) needs adapters: set lora.rank > 0")
+        if self.lora.quantize and self.algorithm in ("grpo", "ppo"):
+            raise ConfigError(
+                f"lora.quantize (QLoRA) is for sft, dpo and orpo: {self.algorithm}'s rollout "
+                "engine serves float weights (use lora.quantize=null)"
+            )
         return self
 
 
@@ -247,52 +220,37 @@ def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
     """`optim.schedule.warmup_ratio` (TRL's name: warmup as a share of the run) becomes
     `warmup_steps` (replacing any given); a warmup as long as the run or longer (a preset's
     warmup in a short run) is clamped to a tenth of the run, with a warning, not refused."""
-    optim = tree.get("optim")
-    schedule = optim.get("schedule") if isinstance(optim, Mapping) else None
-    if not isinstance(schedule, Mapping):
-        return tree
-    schedule = dict(schedule)
-    train = tree.get("train") if isinstance(tree.get("train"), Mapping) else {}
-    steps = schedule.get("total_steps") or train.get("steps", TrainSection().steps)
-    if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+    try:
+        optim, schedule = tree["optim"], dict(tree["optim"]["schedule"])
+        train = tree.get("train") or {}
+        steps = schedule.get("total_steps") or train.get("steps", trainer.TrainSection().steps)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return tree  # no schedule mapping: nothing to fit
+    if type(steps) is not int or steps < 1:
         return tree  # the trainer names the bad value
-    if "warmup_ratio" in schedule:
-        ratio = schedule.pop("warmup_ratio")
-        if not isinstance(ratio, int | float) or isinstance(ratio, bool) or not 0 <= ratio < 1:
+    ratio = schedule.pop("warmup_ratio", None)
+    if ratio is not None:
+        if type(ratio) not in (int, float) or not 0 <= ratio < 1:
             raise ConfigError(
                 f"optim.schedule.warmup_ratio={ratio!r}: give the warmup's share of the run, "
                 "in [0, 1) (e.g. 0.1)"
             )
         schedule["warmup_steps"] = int(ratio * steps)  # replaces a preset's warmup_steps
-    warmup = schedule.get("warmup_steps", 0)
-    decays = schedule.get("name") not in (None, "constant", "warmup_constant")
-    too_long = warmup >= steps if decays else warmup > steps  # as the trainer and optlib refuse
-    if isinstance(warmup, int) and not isinstance(warmup, bool) and too_long:
-        clamped = steps // 10
+    warmup, decays = schedule.get("warmup_steps", 0), schedule.get("name") not in (None, "constant")
+    if type(warmup) is int and warmup >= steps + (not decays):  # as the trainer and optlib refuse
         warnings.warn(
             f"optim.schedule.warmup_steps={warmup} is not shorter than the {steps}-step run; "
-            f"using {clamped} (a tenth of it). Set optim.schedule.warmup_ratio (a share of the "
-            "run) or warmup_steps to choose.",
-            UserWarning,
+            f"using {steps // 10} (a tenth of it). Set optim.schedule.warmup_ratio (a share of "
+            "the run) or warmup_steps to choose.",
             stacklevel=4,
         )
-        schedule["warmup_steps"] = clamped
+        schedule["warmup_steps"] = steps // 10
     return {**tree, "optim": {**optim, "schedule": schedule}}
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Writes `text` under a unique temporary name beside `path`, then renames it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def list_presets() -> list[str]:
     """Names of the YAML configs shipped with jaxstack-rl."""
-    root = importlib.resources.files("jaxstack.rl._src") / "presets"
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    return trainer.list_configs(__package__)
 
 
 def load_config(
@@ -302,16 +260,9 @@ def load_config(
 
     `algorithm` (from the CLI sub-command) wins over the file's `algorithm` key.
     """
-    tree: dict[str, Any] = {}
-    if name_or_path:
-        tree, _ = read_config_tree(name_or_path, "jaxstack.rl._src", list_presets(), ConfigError)
-        data = tree.get("data")
-        if name_or_path in list_presets() and isinstance(data, dict) and "path" in data:
-            # a preset's own records (presets/data/) live beside it
-            root = importlib.resources.files("jaxstack.rl._src") / "presets"
-            data["path"] = str(pathlib.Path(str(root)) / data["path"])
     try:
-        tree = apply_overrides(tree, overrides)
-    except Exception as e:
+        tree = trainer.read_config_tree(name_or_path, __package__)[0] if name_or_path else {}
+        tree = trainer.apply_overrides(tree, overrides)
+    except trainer.ConfigError as e:
         raise ConfigError(str(e)) from None
     return RLConfig.from_dict(tree, algorithm)

@@ -102,12 +102,7 @@ def optimizer(config: RLConfig, params: Any) -> Any:
     """optlib's optimiser for the trainable params; a schedule spans train.steps by default."""
     from jaxstack import optlib
 
-    optim = dict(config.base.optim)
-    schedule = dict(optim.get("schedule") or {})
-    if schedule and schedule.get("total_steps") is None:
-        schedule["total_steps"] = config.base.train.steps
-        optim["schedule"] = schedule
-    return optlib.build_optimizer(optlib.OptimizerConfig.from_dict(optim), params)
+    return optlib.build_optimizer(config.optimizer, params)
 
 
 def initial_state(params: Any, tx: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ import os  # noqa: E402
 import sys  # noqa: E402
 
 from jaxstack.trainer._src.config import Config, list_configs, load_config  # noqa: E402
-from jaxstack.trainer._src.errors import ConfigError, Error  # noqa: E402
+from jaxstack.trainer._src.errors import ConfigError, report_error  # noqa: E402
 from jaxstack.trainer._src.signals import STOP, Stopped, exit_status  # noqa: E402
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
@@ -95,25 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         where = e.detail or "during start-up, before the first step; nothing was saved"
         print(f"jaxstack-train: stopped by {e} {where}", file=sys.stderr)
         return exit_status(e.signum)
-    except Error as e:
-        print(f"jaxstack-train: error: {e}", file=sys.stderr)
-        return 2
     except Exception as e:
-        # Sibling packages' own errors are as user-facing as ours; anything else is a bug.
-        if type(e).__module__.startswith("jaxstack."):
-            print(f"jaxstack-train: error: {type(e).__name__}: {e}", file=sys.stderr)
-            return 2
-        raise
+        return report_error("jaxstack-train", e)
     finally:
         STOP.uninstall()
 
 
 def _main(args: argparse.Namespace) -> int:
-    if args.list_configs:
-        print("\n".join(list_configs()))
-        return 0
-    if args.print_schema:
-        print(json.dumps(Config.config_schema(), indent=1))
+    if args.list_configs or args.print_schema:
+        schema = args.print_schema and json.dumps(Config.config_schema(), indent=1)
+        print(schema or "\n".join(list_configs()))
         return 0
     overrides = list(args.overrides)
     if args.run_dir:

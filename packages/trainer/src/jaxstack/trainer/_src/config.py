@@ -11,6 +11,12 @@ checked against *their* declarations, so each field has one source of truth:
   `learning_rate`), with `schedule` a nested mapping of `ScheduleConfig` fields whose
   `total_steps` defaults to `train.steps`; optlib's models validate it.
 
+The machinery comes first: `Section` (a frozen pydantic model that refuses unknown keys and
+converts nothing but an int where a float is declared), one YAML reader (YAML 1.2 floats: `3e-4`
+is a number) for files and override values, dotted overrides, and `validate_config`, which words
+pydantic's first error as one line: the dotted key, pydantic's own message (it states the range,
+the choices or the type) and the bad value, or for an unknown key the nearest valid one.
+
 `load_config("tiny", ["model.num_layers=2", "optim.lr=3e-4"])` reads a preset (or a YAML file),
 applies the overrides in order and validates the result; a bad key or value is one line naming
 the key and the fix before anything runs. The resolved config is written next to every run
@@ -23,26 +29,145 @@ import difflib
 import functools
 import importlib.resources
 import os
+import pathlib
 import re
+import typing
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+import pydantic
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from jaxstack.trainer._src.errors import ConfigError
-from jaxstack.trainer._src.schema import (
-    Section,
-    apply_overrides,
-    checked_keys,
-    dump_yaml,
-    explain,
-    json_schema,
-    kind_of,
-    load_yaml,
-    read_yaml_file,
-    section_of_dataclass,
-    validate_config,
-)
+
+
+class Section(BaseModel):
+    """Base of every config section: strict types, no unknown keys, immutable. A field's
+    docstring is its description (in the JSON Schema and the reference page)."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (YAML/JSON-ready) that validates back to an equal config."""
+        return self.model_dump(mode="json")
+
+
+def validate_config(cls: Any, tree: Any, prefix: str = "", error: Any = ConfigError) -> Any:
+    """`cls.model_validate(tree)`, raising `error` with one line about the first problem; keys
+    are named under `prefix` (the section `tree` is, when it is not a whole config)."""
+    try:
+        return cls.model_validate(tree)
+    except pydantic.ValidationError as e:
+        raise error(explain(cls, e.errors()[0], prefix)) from None
+
+
+def explain(cls: type[BaseModel], err: Mapping[str, Any], prefix: str = "") -> str:
+    """One pydantic error of `cls` in one line. A validator's own sentence (a jaxstack error,
+    or any model-level one) is kept, after the section it concerns; an unknown key gets the
+    nearest valid one; anything else is `key: <pydantic's message>, got <value>`."""
+    loc = [str(part) for part in err["loc"]]
+    key = ".".join([prefix, *loc] if prefix else loc)
+    cause = (err.get("ctx") or {}).get("error")
+    if type(cause).__module__.startswith("jaxstack.") or (cause and not loc):
+        return f"{prefix}: {cause}" if prefix else str(cause)
+    if err["type"] != "extra_forbidden":
+        return f"{key}: {cause or err['msg']}, got {err['input']!r}"
+    for part in loc[:-1]:  # down to the section that holds the unknown key
+        hint = cls.model_fields[part].annotation
+        cls = next(t for t in (hint, *typing.get_args(hint)) if isinstance(t, type))
+    valid = sorted(cls.model_fields)
+    near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
+    hint = f" Did you mean {key.removesuffix(loc[-1]) + near[0]!r}?" if near else ""
+    return f"unknown config key {key!r}.{hint} Valid keys here: {', '.join(valid)}"
+
+
+# ---- YAML: one reader for files and override values ----
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader reading floats as YAML 1.2 does: `3e-4` and `1E5` are numbers."""
+
+
+_EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")  # YAML 1.1 misses these
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
+
+
+def load_yaml(text: str) -> Any:
+    """The one YAML reader (safe: no Python objects), for files and overrides alike."""
+    return yaml.load(text, Loader=_Loader)
+
+
+def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A YAML file holding a mapping of sections, or a ConfigError saying what it holds instead
+    (PyYAML's reader refuses binary and non-UTF-8 files, saying where)."""
+    try:
+        with open(path, "rb") as f:
+            tree = load_yaml(f)
+    except OSError as e:
+        raise ConfigError(f"config file {str(path)!r}: {e.strerror}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file is not valid YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(tree, Mapping | None):
+        raise ConfigError(f"config file {str(path)!r} holds {tree!r}, not a mapping of sections")
+    return dict(tree or {})
+
+
+def list_configs(package: str = __package__) -> list[str]:
+    """Names of the YAML presets shipped in `package`'s `presets` folder (the trainer's)."""
+    root = importlib.resources.files(package) / "presets"
+    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+
+
+def read_config_tree(name_or_path: str, package: str = __package__) -> tuple[dict, str]:
+    """The tree of a YAML file (by path) or of a preset of `package` (by name), and its name.
+    A preset's relative `data.path` (its own records, in presets/data/) is made absolute."""
+    path, presets = os.fspath(name_or_path), list_configs(package)
+    if path.endswith((".yaml", ".yml")) or os.path.isfile(path):
+        return read_yaml_file(path), pathlib.Path(path).stem
+    if path not in presets:
+        near = "".join(f" Did you mean {p!r}?" for p in difflib.get_close_matches(path, presets, 1))
+        raise ConfigError(f"unknown config preset {path!r}.{near} Presets: {', '.join(presets)}")
+    root = pathlib.Path(str(importlib.resources.files(package) / "presets"))
+    tree = load_yaml((root / f"{path}.yaml").read_text()) or {}
+    if isinstance(tree.get("data"), dict) and "path" in tree["data"]:
+        tree["data"]["path"] = str(root / tree["data"]["path"])
+    return tree, path
+
+
+# ---- dotted overrides ----
+
+
+def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
+    """Sets each `section.key=value` override in a config tree, in order; returns the tree."""
+    for item in overrides:
+        key, value = parse_override(item)
+        *sections, leaf = key.split(".")
+        node = tree
+        for part in sections:
+            if node.get(part) is None:
+                node[part] = {}
+            if not isinstance(node := node[part], dict):
+                raise ConfigError(f"cannot set {key!r}: {part!r} is a value, not a section")
+        node[leaf] = value
+    return tree
+
+
+def parse_override(item: str) -> tuple[str, Any]:
+    """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
+    key, _, raw = (part.strip() for part in item.partition("="))
+    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # the short name people type
+    if not key or "=" not in item:
+        raise ConfigError(f"override {item!r} is not of the form section.key=value (optim.lr=3)")
+    try:
+        return key, load_yaml(raw)
+    except yaml.YAMLError:
+        return key, raw
+
+
+# ---- the trainer's sections ----
 
 
 class DataConfig(Section):
@@ -93,10 +218,8 @@ class MeshConfig(Section):
     @model_validator(mode="after")
     def _axes(self) -> MeshConfig:
         axes = [self.data, self.fsdp, self.tensor, self.expert]
-        if sum(a == -1 for a in axes) > 1:
-            raise ConfigError("at most one mesh axis may be -1 (fill the remaining devices)")
-        if any(a == 0 or a < -1 for a in axes):
-            raise ConfigError(f"mesh axes must be positive or -1, got {axes}")
+        if axes.count(-1) > 1 or any(a == 0 or a < -1 for a in axes):
+            raise ConfigError(f"mesh axes must be positive or -1 (at most one), got {axes}")
         return self
 
 
@@ -136,7 +259,7 @@ class TrainSection(Section):
 class EvalSection(Section):
     """Evaluation on the validation split."""
 
-    every: int = Field(100, ge=0, json_schema_extra={"hint": "0 turns it off"})
+    every: int = Field(100, ge=0)
     """Evaluate every this many steps; 0: only at the end."""
     batches: int = Field(4, ge=1)
     """Batches per evaluation."""
@@ -179,19 +302,12 @@ class LogSection(Section):
     """Tokens of the text sample."""
     sample_temperature: float = Field(0.7, ge=0)
     """Sampling temperature (0: greedy; sampling uses top-k 40 and train.seed)."""
-    peak_flops: float | None = None
+    peak_flops: float | None = Field(None, gt=0)
     """Device peak FLOP/s behind MFU; null: measured."""
     profile_start: int | None = Field(None, ge=0)
     """Trace steps from this one on into run_dir/profile (xprof-lite); null: no trace."""
     profile_steps: int = Field(3, ge=1)
     """Steps traced."""
-
-    @field_validator("peak_flops")
-    @classmethod
-    def _positive(cls, value: float | None) -> float | None:
-        if value is not None and not value > 0:
-            raise ValueError("must be a positive FLOP/s figure or null (measured)")
-        return value
 
 
 class QuantSection(Section):
@@ -221,166 +337,109 @@ class Config(Section):
 
     error: ClassVar[type[Exception]] = ConfigError
     schema_title: ClassVar[str] = "jaxstack-train run config"
+    _optimizer: Any = pydantic.PrivateAttr(None)
+
+    @property
+    def optimizer(self) -> Any:
+        """optlib's `OptimizerConfig` of the optim section, as validated with the config (the
+        schedule's `total_steps` is train.steps unless set)."""
+        return self._optimizer
 
     @classmethod
     def from_dict(cls, tree: Mapping[str, Any], name: str = "custom") -> Config:
         """Validates a config tree (as read from YAML); raises `cls.error` naming the key."""
         if not isinstance(tree, Mapping):
-            raise cls.error(
-                f"a config must be a mapping of sections (model:, optim:, train:, ...), got "
-                f"{kind_of(tree)}"
-            )
-        tree = {k: v for k, v in tree.items() if v is not None}
-        tree.setdefault("name", name)
-        tree["name"] = str(tree["name"])
-        return validate_config(cls, tree, error=cls.error)
+            raise cls.error(f"a config must be a mapping of sections (train:, ...), got {tree!r}")
+        tree = {"name": name} | {k: v for k, v in tree.items() if v is not None}
+        return validate_config(cls, {**tree, "name": str(tree["name"])}, error=cls.error)
 
     @classmethod
     def config_schema(cls) -> dict[str, Any]:
         """The JSON Schema of a config file (`--print-schema`), the siblings' `model` and `optim`
         keys included, for editors that complete and check YAML."""
-        from jaxstack import nnlib, optlib
+        from jaxstack import optlib
 
-        schema = json_schema(cls, cls.schema_title)
-        props = schema["properties"]
+        schema = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
+        schema |= cls.model_json_schema() | {"title": cls.schema_title}
         model = _model_section().model_json_schema()["properties"]
-        for field in model.values():
-            field.pop("default", None)  # the preset's values are the defaults
-        model["preset"] = {"enum": nnlib.list_presets(), "default": "tiny"}
-        props["model"].update(properties=model, additionalProperties=False)
+        for field in [*model.values()][1:]:  # but `preset`: the preset's values are the defaults
+            field.pop("default", None)
         optim = optlib.OptimizerConfig.model_json_schema()
-        schema["$defs"].update(optim["$defs"])
-        schema["$defs"]["ScheduleConfig"]["properties"]["total_steps"]["description"] += (
-            " In a run config, null: train.steps."
-        )
-        lr = {"type": "number", "description": "Short for learning_rate."}
-        props["optim"].update(
-            properties={"lr": lr, **optim["properties"]}, additionalProperties=False
-        )
+        schema["$defs"] |= optim["$defs"]
+        lr = {"lr": {"type": "number", "description": "Short for learning_rate."}}
+        for key, fields in ("model", model), ("optim", lr | optim["properties"]):
+            schema["properties"][key] |= {"properties": fields, "additionalProperties": False}
         return schema
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes the config as YAML, atomically."""
-        dump_yaml(self.to_dict(), path)
+        """Writes the config as YAML, atomically (a name unique to this writer, then rename)."""
+        tmp = pathlib.Path(f"{path}.{os.getpid()}.{id(self)}.tmp")
+        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
+        tmp.replace(path)
 
     @field_validator("model")
     @classmethod
     def _model(cls, model: dict[str, Any]) -> dict[str, Any]:
-        """Keys and types of the model section, then nnlib builds its ModelConfig."""
+        """Keys and plain types here, then nnlib's own checks of the preset with the fields."""
         from jaxstack import nnlib
 
-        model = {"preset": "tiny", **model}
-        base = nnlib_preset(model["preset"])
-        fields = {k: v for k, v in model.items() if k != "preset"}
-        model.update(checked_keys(_model_section(), model, "model"))
+        checked = validate_config(_model_section(), {"preset": "tiny", **model}, "model")
+        fields = {k: getattr(checked, k) for k in model if k != "preset"}
         try:
-            base.replace(**{k: model[k] for k in fields})
+            nnlib.get_preset(checked.preset).replace(**fields)
         except (nnlib.Error, TypeError, ValueError) as e:
-            raise ConfigError(f"model section is not valid for nnlib: {e}") from None
-        return model
+            raise ConfigError(f"model: {e}") from None
+        return {"preset": checked.preset, **fields}
 
     @field_validator("optim")
     @classmethod
-    def _optim(cls, optim: dict[str, Any]) -> dict[str, Any]:
-        """`lr` stands for `learning_rate`; optlib checks the section with train.steps below."""
-        optim = dict(optim)
-        if "lr" in optim:
-            if "learning_rate" in optim:
-                raise ConfigError("both optim.lr and optim.learning_rate are set; keep one")
-            optim["learning_rate"] = optim.pop("lr")
-        return optim
+    def _lr(cls, optim: dict[str, Any]) -> dict[str, Any]:
+        """`lr` stands for `learning_rate`."""
+        if "lr" in optim and "learning_rate" in optim:
+            raise ConfigError("both optim.lr and optim.learning_rate are set; keep one")
+        return {("learning_rate" if k == "lr" else k): v for k, v in optim.items()}
 
     @model_validator(mode="after")
     def _together(self) -> Config:
-        """Checks that need two sections: the optimiser, accumulation, batch divisibility."""
-        resolved = _check_optimizer(self.optim, self.train.steps)
-        accum = self.train.grad_accum
-        if accum > 1 and resolved.accumulate_steps > 1:
+        """optlib validates the optim section (kept as `optimizer`), its schedule spanning
+        train.steps unless set; then the checks that need two sections."""
+        from jaxstack import optlib
+
+        steps, accum, optim = self.train.steps, self.train.grad_accum, dict(self.optim)
+        schedule = optim.get("schedule")
+        schedule = {"name": schedule} if isinstance(schedule, str) else schedule
+        if isinstance(schedule, Mapping) and schedule.get("name", "constant") != "constant":
+            total = schedule.get("total_steps")
+            optim["schedule"] = {**schedule, "total_steps": steps if total is None else total}
+        self._optimizer = resolved = validate_config(optlib.OptimizerConfig, optim, "optim")
+        warmup, total = resolved.schedule.warmup_steps, resolved.schedule.total_steps
+        if resolved.schedule.name != "constant" and warmup >= total:
             raise ConfigError(
-                f"train.grad_accum={accum} and optim.accumulate_steps="
-                f"{resolved.accumulate_steps} both accumulate gradients; keep one "
-                "(train.grad_accum splits each step's batch in the jitted step; "
-                "optim.accumulate_steps applies an update every N steps)"
+                f"optim.schedule.warmup_steps={warmup} leaves no steps to decay in {total} steps"
             )
-        if self.data.batch_size % accum:
+        if accum > 1 and (n := resolved.accumulate_steps) > 1:
             raise ConfigError(
-                f"data.batch_size={self.data.batch_size} is not divisible by "
-                f"train.grad_accum={accum}; pick a batch_size that is a multiple of grad_accum "
-                f"(e.g. {accum * max(1, self.data.batch_size // accum)})"
+                f"train.grad_accum={accum} and optim.accumulate_steps={n} both accumulate; keep one"
+            )
+        if (batch := self.data.batch_size) % accum:
+            raise ConfigError(
+                f"data.batch_size={batch} is not a multiple of train.grad_accum={accum}"
             )
         return self
 
 
 @functools.cache
 def _model_section() -> type[Section]:
-    """The Section of nnlib's ModelConfig dataclass, plus `preset`."""
+    """nnlib's ModelConfig fields (of plain types checked here, the rest by nnlib) and `preset`."""
     from jaxstack import nnlib
 
-    return section_of_dataclass(nnlib.ModelConfig, "model", preset=str)
-
-
-def _check_optimizer(optim: Mapping[str, Any], steps: int) -> Any:
-    """optlib's `OptimizerConfig` of the optim section of a `steps`-step run (errors name the
-    `optim.` key), with steps left to decay over after the warmup."""
-    from jaxstack import optlib
-
-    try:
-        resolved = optlib.OptimizerConfig.model_validate(_with_total_steps(optim, steps))
-    except ValidationError as e:
-        error = e.errors()[0]
-        cause = (error.get("ctx") or {}).get("error")
-        if not isinstance(cause, optlib.Error):
-            raise ConfigError(explain(optlib.OptimizerConfig, error, "optim")) from None
-        # optlib's own rule, worded with its field first ("b1 must be < 1 ..."): say the section
-        known = re.split(r"[ =.\[:]", str(cause))[0] in optlib.OptimizerConfig.model_fields
-        raise ConfigError(f"optim.{cause}" if known else f"optim: {cause}") from None
-    schedule = resolved.schedule
-    total = schedule.total_steps
-    if schedule.name != "constant" and total is not None and schedule.warmup_steps >= total:
-        raise ConfigError(
-            f"optim.schedule.warmup_steps={schedule.warmup_steps} leaves no steps to decay over "
-            f"in a {total}-step schedule (train.steps or optim.schedule.total_steps); make the "
-            "warmup shorter or the run longer"
-        )
-    return resolved
-
-
-def _with_total_steps(optim: Mapping[str, Any], steps: int) -> dict[str, Any]:
-    """The optim section with the schedule's total_steps defaulting to train.steps."""
-    optim = dict(optim)
-    schedule = optim.get("schedule")
-    if isinstance(schedule, str):
-        schedule = {"name": schedule}
-    if isinstance(schedule, Mapping) and schedule.get("name", "constant") != "constant":
-        total = schedule.get("total_steps")
-        optim["schedule"] = {**schedule, "total_steps": steps if total is None else total}
-    return optim
-
-
-def optimizer_config(optim: Mapping[str, Any], steps: int) -> Any:
-    """optlib `OptimizerConfig` of the optim section; the schedule's total_steps defaults to
-    train.steps."""
-    from jaxstack import optlib
-
-    return optlib.OptimizerConfig.from_dict(_with_total_steps(optim, steps))
-
-
-def nnlib_preset(name: Any) -> Any:
-    """nnlib's preset `name`, or a ConfigError listing the presets."""
-    from jaxstack import nnlib
-
-    if isinstance(name, str) and name in nnlib.list_presets():
-        return nnlib.get_preset(name)
-    raise ConfigError(
-        f"model.preset={name!r} is not an nnlib preset; available: "
-        f"{', '.join(nnlib.list_presets())}"
-    )
-
-
-def list_configs() -> list[str]:
-    """Names of the YAML presets shipped with the trainer."""
-    root = importlib.resources.files("jaxstack.trainer._src") / "presets"
-    return sorted(p.name.removesuffix(".yaml") for p in root.iterdir() if p.name.endswith(".yaml"))
+    plain = {int, float, bool, str, type(None)}
+    fields = {
+        k: (t if set(typing.get_args(t) or [t]) <= plain else Any, None)
+        for k, t in typing.get_type_hints(nnlib.ModelConfig).items()
+    }
+    preset = (Literal[tuple(nnlib.list_presets())], "tiny")
+    return pydantic.create_model("ModelSection", __base__=Section, preset=preset, **fields)
 
 
 def load_config(name_or_path: str = "tiny", overrides: Iterable[str] = ()) -> Config:
@@ -389,23 +448,5 @@ def load_config(name_or_path: str = "tiny", overrides: Iterable[str] = ()) -> Co
     Raises ConfigError for an unknown preset (listing the presets), an unknown key (suggesting
     the nearest valid one), a malformed override or a value of the wrong type or range.
     """
-    tree, name = read_config_tree(name_or_path, "jaxstack.trainer._src", list_configs())
+    tree, name = read_config_tree(name_or_path)
     return Config.from_dict(apply_overrides(tree, overrides), name=name)
-
-
-def read_config_tree(
-    name_or_path: str, package: str, presets: list[str], error: type[Exception] = ConfigError
-) -> tuple[dict[str, Any], str]:
-    """The tree of a YAML file (by path) or of a preset of `package` (by name), and its name."""
-    path = os.fspath(name_or_path)
-    if path.endswith((".yaml", ".yml")) or os.path.isfile(path):
-        return read_yaml_file(path, error), os.path.splitext(os.path.basename(path))[0]
-    if name_or_path not in presets:
-        near = difflib.get_close_matches(name_or_path, presets, n=1)
-        hint = f" Did you mean {near[0]!r}?" if near else ""
-        raise error(
-            f"unknown config preset {name_or_path!r}.{hint} Available presets: "
-            f"{', '.join(presets)}; or pass a path to a YAML file."
-        )
-    root = importlib.resources.files(package) / "presets"
-    return load_yaml((root / f"{name_or_path}.yaml").read_text()) or {}, name_or_path

@@ -19,3 +19,18 @@ class DataError(Error, FileNotFoundError):
 
 class ResumeError(Error, ValueError):
     """The run directory's checkpoints cannot continue this config (e.g. already past it)."""
+
+
+def report_error(prog: str, error: Exception, ours: type[Exception] = Error) -> int:
+    """How a command answers an error: one line on stderr and exit status 2 for an error the
+    user can fix (one of `ours`, or a sibling jaxstack package's own, named by its type);
+    anything else is a bug and is raised again."""
+    import sys
+
+    if isinstance(error, ours):
+        print(f"{prog}: error: {error}", file=sys.stderr)
+    elif type(error).__module__.startswith("jaxstack."):
+        print(f"{prog}: error: {type(error).__name__}: {error}", file=sys.stderr)
+    else:
+        raise error
+    return 2

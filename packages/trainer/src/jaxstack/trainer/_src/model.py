@@ -6,15 +6,17 @@ from typing import Any
 
 import jax
 
-from jaxstack.trainer._src.config import Config, nnlib_preset
+from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.errors import ConfigError
 
 
 def model_config(config: Config, tokenizer_vocab: int | None = None) -> Any:
     """nnlib `ModelConfig`: the preset, then the config's fields, then the tokenizer's vocab."""
 
+    from jaxstack import nnlib
+
     fields = dict(config.model)
-    base = nnlib_preset(fields.pop("preset", "tiny"))
+    base = nnlib.get_preset(fields.pop("preset", "tiny"))
     explicit_vocab = "vocab_size" in fields
     if tokenizer_vocab is not None and config.data.vocab_from_tokenizer and not explicit_vocab:
         fields["vocab_size"] = tokenizer_vocab

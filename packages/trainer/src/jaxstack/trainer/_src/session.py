@@ -27,7 +27,7 @@ from jaxstack.trainer._src import data as data_mod
 from jaxstack.trainer._src import extras, matmul_backend, quant
 from jaxstack.trainer._src import mesh as mesh_mod
 from jaxstack.trainer._src import model as model_mod
-from jaxstack.trainer._src.config import Config, optimizer_config
+from jaxstack.trainer._src.config import Config
 from jaxstack.trainer._src.errors import ConfigError, MeshError, ResumeError
 from jaxstack.trainer._src.step import make_eval_step, make_loss_fn, make_train_step
 from jaxstack.xprof_lite import host_cpu
@@ -50,7 +50,7 @@ def plan_state(config: Config, mcfg: Any, model: Any, mesh: Any, rules: Any) -> 
     apply, params = model_mod.functional(model)
     specs = model_mod.param_specs(mcfg, params, rules)
     p_shard = mesh_mod.param_shardings(params, specs, mesh)
-    tx = optlib.build_optimizer(optimizer_config(config.optim, config.train.steps), params)
+    tx = optlib.build_optimizer(config.optimizer, params)
     opt_abs = jax.eval_shape(tx.init, params)
     o_shard = mesh_mod.state_shardings(opt_abs, params, p_shard, mesh)
     replicated = NamedSharding(mesh, PartitionSpec())
