@@ -34,35 +34,6 @@ def _alternating(n: int) -> tuple[str, ...]:
     return tuple("sliding_attention" if i % 2 == 0 else "full_attention" for i in range(n))
 
 
-_LLAMA3_8B = ModelConfig(
-    family="llama",
-    vocab_size=128256,
-    d_model=4096,
-    num_layers=32,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    mlp_dim=14336,
-    max_seq_len=8192,
-    rope_theta=500000.0,
-    **_REAL,
-)
-_MISTRAL_7B = ModelConfig(
-    family="mistral",
-    vocab_size=32000,
-    d_model=4096,
-    num_layers=32,
-    num_heads=32,
-    num_kv_heads=8,
-    head_dim=128,
-    mlp_dim=14336,
-    max_seq_len=32768,
-    rope_theta=10000.0,
-    sliding_window=4096,
-    **_REAL,
-)
-
-
 _PRESETS: dict[str, ModelConfig] = {
     "tiny": ModelConfig(),
     "tiny-moe": ModelConfig(family="mixtral", mlp_dim=512, num_experts=4, experts_per_token=2),
@@ -89,9 +60,47 @@ _PRESETS: dict[str, ModelConfig] = {
         family="mixtral", num_experts=4, experts_per_token=2, **_TINY_FAMILY
     ),
     # Real sizes.
-    "llama3-8b": _LLAMA3_8B,
-    "llama3.1-8b": _LLAMA3_8B.replace(max_seq_len=131072, rope_scaling=_LLAMA31_ROPE),
-    "mistral-7b": _MISTRAL_7B,
+    "llama3-8b": ModelConfig(
+        family="llama",
+        vocab_size=128256,
+        d_model=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=14336,
+        max_seq_len=8192,
+        rope_theta=500000.0,
+        **_REAL,
+    ),
+    "llama3.1-8b": ModelConfig(
+        family="llama",
+        vocab_size=128256,
+        d_model=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=14336,
+        max_seq_len=131072,
+        rope_theta=500000.0,
+        rope_scaling=_LLAMA31_ROPE,
+        **_REAL,
+    ),
+    "mistral-7b": ModelConfig(
+        family="mistral",
+        vocab_size=32000,
+        d_model=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=14336,
+        max_seq_len=32768,
+        rope_theta=10000.0,
+        sliding_window=4096,
+        **_REAL,
+    ),
     "qwen2-7b": ModelConfig(
         family="qwen2",
         vocab_size=152064,
@@ -151,13 +160,20 @@ _PRESETS: dict[str, ModelConfig] = {
         **_GEMMA2,
         **dict(_REAL, scan_layers=False),
     ),
-    # Mixtral 8x7B: Mistral 7B's sizes, eight experts per MLP, no sliding window.
-    "mixtral-8x7b": _MISTRAL_7B.replace(
+    "mixtral-8x7b": ModelConfig(
         family="mixtral",
+        vocab_size=32000,
+        d_model=4096,
+        num_layers=32,
+        num_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        mlp_dim=14336,
+        max_seq_len=32768,
         rope_theta=1000000.0,
-        sliding_window=None,
         num_experts=8,
         experts_per_token=2,
+        **_REAL,
     ),
 }
 
