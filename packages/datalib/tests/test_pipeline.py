@@ -124,6 +124,35 @@ def test_global_shuffle_is_a_new_permutation_each_epoch():
     assert order == _epoch_orders(2, seed=7)
 
 
+def test_the_shuffle_order_is_pinned():
+    """Resuming a run relies on the same seed giving the same order on every NumPy version."""
+    assert _epoch_orders(1, seed=0)[:8] == [f"<{i:03d}>" for i in (11, 3, 20, 13, 2, 21, 15, 1)]
+
+
+def test_sources_beyond_the_table_limit_keep_grains_index_shuffle(monkeypatch):
+    from jaxstack.datalib._src import shuffle
+
+    monkeypatch.setattr(shuffle, "TABLE_LIMIT", 16)
+    expected = [
+        grain.experimental.index_shuffle(i, max_index=29, seed=7, rounds=4) for i in range(30)
+    ]
+    assert _epoch_orders(1, seed=7) == [f"<{i:03d}>" for i in expected]
+
+
+def test_a_state_of_datalib_0_3_restores_its_position_with_a_warning():
+    docs = numbered_docs(40)
+    it = dl.lm_batches(docs, seq_len=32, batch_size=2, seed=3)
+    take(it, 3)
+    state = {**it.get_state(), "version": 1}
+    want = next(it)
+    resumed = dl.lm_batches(docs, seq_len=32, batch_size=2, seed=3)
+    with pytest.warns(UserWarning, match="0.3 or older"):
+        resumed.set_state(state)
+    np.testing.assert_array_equal(next(resumed)["tokens"], want["tokens"])
+    with pytest.raises(dl.StateError, match="state version 0"):
+        resumed.set_state({**state, "version": 0})
+
+
 def test_shards_are_disjoint_and_cover_each_epoch():
     shards = [_epoch_orders(1, seed=5, shard_index=i, shard_count=4) for i in range(4)]
     seen = [d for s in shards for d in s]

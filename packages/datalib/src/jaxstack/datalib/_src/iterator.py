@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import warnings
 from typing import Any
 
 import numpy as np
@@ -17,8 +18,11 @@ import numpy as np
 from jaxstack.datalib._src import workers
 from jaxstack.datalib._src.errors import StateError
 from jaxstack.datalib._src.nojax import grain
+from jaxstack.datalib._src.shuffle import TABLE_LIMIT
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+"""2: sources of up to `shuffle.TABLE_LIMIT` documents are shuffled in another order than by
+version 1 (datalib <= 0.3), whose states still restore their position (with a warning)."""
 
 
 _TUPLE = "__tuple__"
@@ -117,7 +121,15 @@ class LMBatchIterator(grain.DatasetIterator):
             raise StateError(
                 "not an lm_batches state (expected a dict from LMBatchIterator.get_state())"
             )
-        if state.get("version") != STATE_VERSION:
+        if state.get("version") == 1:
+            warnings.warn(
+                "this data state is from jaxstack-datalib 0.3 or older, which shuffled sources of "
+                f"up to {TABLE_LIMIT:,} documents in another order: the position is restored, "
+                "but the rest of the current epoch follows the new order (a few of its documents "
+                "may come twice or not at all); later epochs are whole",
+                stacklevel=2,
+            )
+        elif state.get("version") != STATE_VERSION:
             raise StateError(f"state version {state.get('version')!r}; this is {STATE_VERSION}")
         if state.get("config_hash") != self._config_hash:
             theirs = state.get("config", {})

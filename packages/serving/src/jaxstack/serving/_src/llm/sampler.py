@@ -79,6 +79,43 @@ def filter_logits(logits: jax.Array, s: SamplingInputs, *, top_k_top_p: bool = T
     return jnp.where(logits < jnp.maximum(kth, nucleus_min), -jnp.inf, logits)
 
 
+def first_argmax(x: jax.Array) -> jax.Array:
+    """`jnp.argmax(x, -1)` (the first maximum) as two plain reductions: XLA:CPU runs argmax's
+    paired (value, index) reduction unvectorised, 6x slower on a [32, 8000] row block."""
+    best = jnp.max(x, axis=-1, keepdims=True)
+    index = jnp.arange(x.shape[-1], dtype=jnp.int32)
+    return jnp.min(jnp.where(x == best, index, x.shape[-1]), axis=-1)
+
+
+def draw(logits: jax.Array, keys: jax.Array) -> jax.Array:
+    """One token per row from softmax(logits), by inverting the row's cumulative distribution.
+
+    Two uniforms per row pick a block of the vocabulary by the blocks' masses, then a token
+    inside that block by its own cumulative masses, so each step sums the vocabulary once and
+    cumsums two short rows, and draws 2 random numbers a row, not a vocabulary's worth (the
+    Gumbel trick of `jax.random.categorical` spent a third of a 32-row sampled step on
+    random bits and its argmax). Tokens whose logit is -inf have mass 0 and are never drawn.
+    """
+    rows, vocab = logits.shape
+    block = 1 << ((vocab.bit_length() + 1) // 2)  # about sqrt(vocab): both cumsums are short
+    num_blocks = -(-vocab // block)
+    probs = jax.nn.softmax(logits, axis=-1)
+    blocks = jnp.pad(probs, ((0, 0), (0, num_blocks * block - vocab))).reshape(rows, -1, block)
+    u = jax.vmap(lambda key: jax.random.uniform(key, (2,)))(keys)
+    b = _inverse_cdf(blocks.sum(-1), u[:, 0])
+    inside = jnp.take_along_axis(blocks, b[:, None, None], axis=1)[:, 0]
+    return b * block + _inverse_cdf(inside, u[:, 1])
+
+
+def _inverse_cdf(mass: jax.Array, u: jax.Array) -> jax.Array:
+    """Per row, the first index whose cumulative mass exceeds `u` times the row's total; never
+    past the last index with mass (where rounding puts `u * total` at the total)."""
+    cum = jnp.cumsum(mass, axis=-1)
+    total = cum[:, -1:]
+    past = jnp.sum(cum <= u[:, None] * total, axis=-1)
+    return jnp.minimum(past, jnp.sum(cum < total, axis=-1)).astype(jnp.int32)
+
+
 def sample(
     logits: jax.Array,
     s: SamplingInputs,
@@ -90,21 +127,19 @@ def sample(
 ) -> Sampled:
     """Next tokens from last-position logits [S, V] and `num_top` alternatives per row.
 
-    `all_greedy` (static) skips the sort and the draw when no row samples; `top_k_top_p`
+    `all_greedy` (static) skips the filters and the draw when no row samples; `top_k_top_p`
     (static) False skips the sort when rows sample but none limits top-k or top-p.
     """
     raw = jax.nn.log_softmax(logits, axis=-1)
     if penalties is not None:
         logits = apply_penalties(logits, s, penalties)
-    token_ids = jnp.argmax(logits, axis=-1)
+    token_ids = first_argmax(logits)
     if not all_greedy:
         keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.key(seed), step))(
             s.seed, s.step
         )
-        filtered = filter_logits(logits, s, top_k_top_p=top_k_top_p)
-        drawn = jax.vmap(jax.random.categorical)(keys, filtered)
+        drawn = draw(filter_logits(logits, s, top_k_top_p=top_k_top_p), keys)
         token_ids = jnp.where(s.temperature > 0, drawn, token_ids)
-    token_ids = token_ids.astype(jnp.int32)
     chosen = jnp.take_along_axis(raw, token_ids[:, None], axis=-1)[:, 0]
-    top_logprobs, top_ids = jax.lax.top_k(raw, num_top)
+    top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
     return Sampled(token_ids, chosen, top_ids.astype(jnp.int32), top_logprobs)
