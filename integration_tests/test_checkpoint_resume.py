@@ -14,15 +14,8 @@ SEQ_LEN, BATCH, TOTAL, RESUME_AT = 32, 2, 6, 3
 
 def setup():
     tokenizer = datalib.ByteTokenizer()
-    config = nnlib.get_preset("tiny").replace(
-        vocab_size=tokenizer.vocab_size,
-        d_model=32,
-        num_layers=1,
-        num_heads=2,
-        num_kv_heads=2,
-        head_dim=16,
-        mlp_dim=64,
-        max_seq_len=SEQ_LEN,
+    config = nnlib.get_preset("tiny-llama").replace(
+        vocab_size=tokenizer.vocab_size, max_seq_len=SEQ_LEN
     )
     apply, params = nnlib.as_function(nnlib.Transformer(config, rngs=nnx.Rngs(0)))
     tx = optlib.build_optimizer(

@@ -13,15 +13,8 @@ BATCH = 4
 
 
 def tiny_model(tokenizer) -> nnlib.Transformer:
-    config = nnlib.get_preset("tiny").replace(
-        vocab_size=tokenizer.vocab_size,
-        d_model=64,
-        num_layers=2,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=16,
-        mlp_dim=128,
-        max_seq_len=SEQ_LEN,
+    config = nnlib.get_preset("tiny-llama").replace(
+        vocab_size=tokenizer.vocab_size, max_seq_len=SEQ_LEN
     )
     return nnlib.Transformer(config, rngs=nnx.Rngs(0))
 

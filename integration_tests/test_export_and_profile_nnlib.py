@@ -8,16 +8,7 @@ from flax import nnx
 
 from jaxstack import nnlib, serving, xprof_lite
 
-CONFIG = nnlib.get_preset("tiny").replace(
-    vocab_size=256,
-    d_model=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=4,
-    head_dim=16,
-    mlp_dim=256,
-    max_seq_len=32,
-)
+CONFIG = nnlib.get_preset("tiny-llama").replace(max_seq_len=32)
 SEQ = 32
 
 

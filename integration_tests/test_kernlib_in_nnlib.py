@@ -10,16 +10,7 @@ from flax import nnx
 
 from jaxstack import kernlib, nnlib
 
-CONFIG = nnlib.get_preset("tiny").replace(
-    vocab_size=128,
-    d_model=64,
-    num_layers=2,
-    num_heads=4,
-    num_kv_heads=2,
-    head_dim=16,
-    mlp_dim=128,
-    max_seq_len=32,
-)
+CONFIG = nnlib.get_preset("tiny-llama").replace(vocab_size=128, max_seq_len=32)
 
 
 def packed_inputs():

@@ -16,6 +16,7 @@ import importlib
 import posixpath
 import re
 import sys
+import types
 from pathlib import Path
 
 from mkdocs.structure.files import File
@@ -34,6 +35,8 @@ PUBLISHED_RESULTS = ("RESULTS.md", "*/*.json", "*/quick/results.*", "*/*.md", "*
 def defining_path(package, name: str) -> str:
     """The dotted path, inside the package, where the source defines `package.name`."""
     value = getattr(package, name)
+    if isinstance(value, types.ModuleType):  # a public submodule (`jaxstack.rl.arithmetic`)
+        return value.__name__
     module, qualname = getattr(value, "__module__", None), getattr(value, "__qualname__", None)
     if callable(value) and qualname and (module or "").startswith(package.__name__ + "."):
         return f"{module}.{qualname}"

@@ -251,6 +251,11 @@ def bench_worker_transport(corpus, tokenizers, batches, group):
     return out
 
 
+def section(title: str, header: str, alignment: str, rows: list[str]) -> list[str]:
+    """The lines of one results.md section: its heading, then a table."""
+    return ["", f"## {title}", "", header, alignment, *rows]
+
+
 def write_markdown(results, path):
     lines = [
         "# datalib benchmark results",
@@ -284,38 +289,33 @@ def write_markdown(results, path):
             f"{r['grain_tokens_per_cpu_sec']:,.0f} | {r['datalib_tokens_per_cpu_sec']:,.0f} | "
             f"{r['overhead_cpu']:.3f} |"
         )
-    lines += [
-        "",
-        f"## Packing efficiency at seq_len {SEQ_LEN} (default corpus, byte tokens)",
-        "",
+    lines += section(
+        f"Packing efficiency at seq_len {SEQ_LEN} (default corpus, byte tokens)",
         "| method | non-padding fraction |",
         "|---|---:|",
-    ]
-    for method, eff in results["packing_efficiency"].items():
-        lines.append(f"| {method} | {eff:.4f} |")
-    lines += [
-        "",
-        "## Grain ReadOptions of the random-access stage (whole pipeline, 0 workers)",
-        "",
+        [f"| {method} | {eff:.4f} |" for method, eff in results["packing_efficiency"].items()],
+    )
+    lines += section(
+        "Grain ReadOptions of the random-access stage (whole pipeline, 0 workers)",
         "| tokenizer: read options | tokens/s | tokens/CPU-s |",
         "|---|---:|---:|",
-    ]
-    for name, r in results["read_options"].items():
-        lines.append(f"| {name} | {r['tokens_per_sec']:,.0f} | {r['tokens_per_cpu_sec']:,.0f} |")
-    lines += [
-        "",
-        "## Worker output transport (2 workers, Grain pipeline above, paired wall / one CPU run)",
-        "",
+        [
+            f"| {name} | {r['tokens_per_sec']:,.0f} | {r['tokens_per_cpu_sec']:,.0f} |"
+            for name, r in results["read_options"].items()
+        ],
+    )
+    lines += section(
+        "Worker output transport (2 workers, Grain pipeline above, paired wall / one CPU run)",
         "| tokenizer | shared memory for every array (Grain default) tokens/s | arrays < 1 MiB "
         "via queue (datalib default) tokens/s | shm tokens/CPU-s | queue tokens/CPU-s |",
         "|---|---:|---:|---:|---:|",
-    ]
-    for name, r in results["worker_transport"].items():
-        lines.append(
+        [
             f"| {name} | {r['shared_memory_tokens_per_sec']:,.0f} | "
             f"{r['queue_tokens_per_sec']:,.0f} | {r['shared_memory_tokens_per_cpu_sec']:,.0f} | "
             f"{r['queue_tokens_per_cpu_sec']:,.0f} |"
-        )
+            for name, r in results["worker_transport"].items()
+        ],
+    )
     lines.append("")
     path.write_text("\n".join(lines))
 

@@ -52,14 +52,8 @@ PROMPT_LEN = (32, 128)
 OUTPUT_LEN = (32, 96)
 MODELS = {
     "tiny": nnlib.get_preset("tiny"),
-    "d512": nnlib.ModelConfig(
-        d_model=512,
-        num_layers=4,
-        num_heads=8,
-        num_kv_heads=8,
-        head_dim=64,
-        mlp_dim=1536,
-        max_seq_len=256,
+    "d512": nnlib.get_preset("tiny").replace(
+        d_model=512, num_heads=8, num_kv_heads=8, mlp_dim=1536
     ),
 }
 SERVER = dict(max_num_seqs=32, max_num_batched_tokens=2048, max_model_len=256)

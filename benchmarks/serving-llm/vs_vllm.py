@@ -46,16 +46,7 @@ sys.path.insert(0, str(HERE.parent))
 from conditions import conditions_markdown, measure_conditions  # noqa: E402
 from run import VLLM_ENV, VLLM_SHIM, start_server, start_vllm, tree_cpu_s, vllm_version  # noqa: E402
 
-MODEL = nnlib.ModelConfig(
-    vocab_size=8000,
-    d_model=256,
-    num_layers=4,
-    num_heads=4,
-    num_kv_heads=4,
-    head_dim=64,
-    mlp_dim=1024,
-    max_seq_len=2048,
-)
+MODEL = nnlib.get_preset("tiny").replace(vocab_size=8000, max_seq_len=2048)  # d256 x 4 layers
 SERVED_NAME = "bench"
 SERVER_ARGS = {"max_model_len": 2048, "max_num_seqs": 32}  # the same for both servers
 LEVELS = {1: 8, 8: 32, 32: 64}  # concurrency -> prompts

@@ -21,6 +21,25 @@ def take(it, n):
     return [next(it) for _ in range(n)]
 
 
+def states_and_batches(it, n):
+    """n steps of `it`: the state before each step (after a JSON round trip) and its batch."""
+    states, batches = [], []
+    for _ in range(n):
+        states.append(json.loads(json.dumps(it.get_state())))
+        batches.append(next(it))
+    return states, batches
+
+
+def assert_resumes_exactly(resumed, states, batches, points):
+    """From each point's state, `resumed` gives the next five batches that were recorded."""
+    for point in points:
+        resumed.set_state(states[point])
+        for want in batches[point : point + 5]:
+            got = next(resumed)
+            for key in KEYS:
+                np.testing.assert_array_equal(want[key], got[key])
+
+
 def check_conventions(batch, batch_size, seq_len):
     assert set(batch) == KEYS
     for key, value in batch.items():
@@ -146,19 +165,10 @@ def test_shards_are_disjoint_and_cover_each_epoch():
 @pytest.mark.parametrize("packing", dl.PACKING_METHODS)
 def test_json_state_restores_exactly_mid_epoch(corpus, packing):
     kw = dict(seq_len=128, batch_size=4, packing=packing, seed=11)
-    it = dl.lm_batches(corpus, **kw)
-    states, batches = [], []
-    for _ in range(24):
-        states.append(json.loads(json.dumps(it.get_state())))
-        batches.append(next(it))
+    states, batches = states_and_batches(dl.lm_batches(corpus, **kw), 24)
     assert max(len(json.dumps(s)) for s in states) < 4096
-    resumed = dl.lm_batches(corpus, **kw)
-    for point in (0, 3, 7, 12, 19):  # inside and across documents and packing groups
-        resumed.set_state(states[point])
-        for want in batches[point : point + 5]:
-            got = next(resumed)
-            for key in KEYS:
-                np.testing.assert_array_equal(want[key], got[key])
+    # inside and across documents and packing groups
+    assert_resumes_exactly(dl.lm_batches(corpus, **kw), states, batches, (0, 3, 7, 12, 19))
 
 
 def test_state_from_another_pipeline_is_refused(corpus):
@@ -228,17 +238,9 @@ def test_grain_transformations_compose_before_lm_batches(corpus):
 def test_workers_restore_exactly_for_every_packing_method_at_several_points(corpus, packing):
     kw = dict(seq_len=256, batch_size=3, num_workers=2, seed=9, packing=packing)
     with dl.lm_batches(corpus, **kw) as it:
-        states, batches = [], []
-        for _ in range(40):
-            states.append(json.loads(json.dumps(it.get_state())))
-            batches.append(next(it))
+        states, batches = states_and_batches(it, 40)
     with dl.lm_batches(corpus, **kw) as resumed:
-        for point in (1, 17, 33):
-            resumed.set_state(states[point])
-            for want in batches[point : point + 5]:
-                got = next(resumed)
-                for key in KEYS:
-                    np.testing.assert_array_equal(want[key], got[key])
+        assert_resumes_exactly(resumed, states, batches, (1, 17, 33))
 
 
 def test_bad_arguments_are_config_errors(corpus):

@@ -5,20 +5,17 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+from nnlib_testutil import SMALL
 
 from jaxstack import nnlib
 
 # head_dim 128 makes the attention matmuls (12 * head_dim FLOPs per score, forward + backward)
 # dwarf the softmax's elementwise work (~15 per score), so XLA's total is almost all matmuls.
-ATTENTION_HEAVY = nnlib.ModelConfig(
-    vocab_size=64,
-    d_model=64,
-    num_layers=1,
-    num_heads=2,
-    num_kv_heads=2,
-    head_dim=128,
-    mlp_dim=64,
-    max_seq_len=256,
+ATTENTION_HEAVY = SMALL.replace(
+    vocab_size=64, d_model=64, num_layers=1, num_heads=2, head_dim=128, max_seq_len=256
+)
+DENSE_GQA = ATTENTION_HEAVY.replace(
+    vocab_size=512, num_layers=2, num_heads=4, head_dim=16, mlp_dim=256, max_seq_len=128
 )
 
 
@@ -49,29 +46,10 @@ def test_training_flops_match_xla_at_both_attention_paths(t):
 @pytest.mark.parametrize(
     "config",
     [
-        nnlib.ModelConfig(
-            vocab_size=512,
-            d_model=64,
-            num_layers=2,
-            num_heads=4,
-            num_kv_heads=2,
-            head_dim=16,
-            mlp_dim=256,
-            max_seq_len=128,
-        ),
+        DENSE_GQA,
         pytest.param(
-            nnlib.ModelConfig(
-                vocab_size=512,
-                d_model=64,
-                num_layers=2,
-                num_heads=4,
-                num_kv_heads=4,
-                head_dim=16,
-                mlp_dim=128,
-                max_seq_len=128,
-                num_experts=4,
-                experts_per_token=2,
-                family="mixtral",
+            DENSE_GQA.replace(
+                family="mixtral", num_kv_heads=4, mlp_dim=128, num_experts=4, experts_per_token=2
             ),
             marks=pytest.mark.slow,
         ),

@@ -39,6 +39,7 @@ SMALL = dict(
     tie_word_embeddings=False,
 )
 MOE = dict(num_experts_per_tok=2)
+QWEN3_MOE = dict(SMALL, num_experts=4, moe_intermediate_size=32, norm_topk_prob=True, **MOE)
 LLAMA3_ROPE = {
     "rope_type": "llama3",
     "factor": 8.0,
@@ -93,28 +94,12 @@ FAMILIES = {
     "qwen3_moe-sliding": (
         transformers.Qwen3MoeConfig,
         transformers.Qwen3MoeForCausalLM,
-        dict(
-            SMALL,
-            num_experts=4,
-            moe_intermediate_size=32,
-            norm_topk_prob=True,
-            use_sliding_window=True,
-            sliding_window=4,
-            **MOE,
-        ),
+        dict(QWEN3_MOE, use_sliding_window=True, sliding_window=4),
     ),
     "qwen3_moe": (
         transformers.Qwen3MoeConfig,
         transformers.Qwen3MoeForCausalLM,
-        dict(
-            SMALL,
-            num_experts=4,
-            moe_intermediate_size=32,
-            norm_topk_prob=True,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
-            **MOE,
-        ),
+        dict(QWEN3_MOE, decoder_sparse_step=1, mlp_only_layers=[]),
     ),
 }
 

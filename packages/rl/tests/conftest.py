@@ -2,14 +2,18 @@ import json
 
 import pytest
 
+TINY_MODEL = {
+    "d_model": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "num_kv_heads": 2,
+    "head_dim": 16,
+    "mlp_dim": 64,
+    "max_seq_len": 128,
+}
 TINY = [
     "model.preset=tiny-llama",
-    "model.d_model=32",
-    "model.num_layers=1",
-    "model.num_heads=2",
-    "model.num_kv_heads=2",
-    "model.head_dim=16",
-    "model.mlp_dim=64",
+    *(f"model.{key}={value}" for key, value in TINY_MODEL.items()),
     "log.tensorboard=false",
     "log.report=false",
     "log.progress=plain",
@@ -32,19 +36,18 @@ def tiny():
     return list(TINY)
 
 
+@pytest.fixture
+def tiny_model_config():
+    """The model that `tiny`'s overrides describe (vocab_size comes from the run's tokenizer)."""
+    from jaxstack import nnlib
+
+    return nnlib.get_preset("tiny-llama").replace(**TINY_MODEL)
+
+
 CHATML = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
-TINY_MODEL = {
-    "d_model": 32,
-    "num_layers": 1,
-    "num_heads": 2,
-    "num_kv_heads": 2,
-    "head_dim": 16,
-    "mlp_dim": 64,
-    "max_seq_len": 128,
-}
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ def test_chat_documents_learn_only_the_assistant_reply_and_eos():
     assert learned == [*tok.encode("2"), tok.eos_id]
 
 
-def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, write_jsonl):
+def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, tiny_model_config, write_jsonl):
     chats = [
         {
             "messages": [
@@ -72,17 +72,7 @@ def test_lora_sft_changes_only_the_adapted_kernels(tmp_path, tiny, write_jsonl):
     result = rl.sft(config)
     assert result.step == 3
     base = nnlib.Transformer(
-        nnlib.get_preset("tiny-llama").replace(
-            vocab_size=259,
-            d_model=32,
-            num_layers=1,
-            num_heads=2,
-            num_kv_heads=2,
-            head_dim=16,
-            mlp_dim=64,
-            max_seq_len=128,
-        ),
-        rngs=nnx.Rngs(config.base.train.seed),
+        tiny_model_config.replace(vocab_size=259), rngs=nnx.Rngs(config.base.train.seed)
     )
     tuned = nnlib.load_hf_checkpoint(tmp_path / "run" / "model")
     flat = lambda m: {

@@ -70,16 +70,7 @@ def test_z_loss_is_added():
 
 
 def test_moe_aux_losses_reach_the_loss_and_metrics():
-    moe = nnlib.get_preset("tiny-moe").replace(
-        d_model=32,
-        num_layers=2,
-        num_heads=2,
-        num_kv_heads=2,
-        head_dim=16,
-        mlp_dim=32,
-        vocab_size=64,
-        max_seq_len=16,
-    )
+    moe = CFG.replace(family="mixtral", num_experts=4, experts_per_token=2, mlp_dim=32)
     apply, tx, state = _state(moe)
     batch = _batch()
     weights = {"moe_load_balance_loss": 0.5, "moe_router_z_loss": 0.25}

@@ -8,47 +8,37 @@ with CheckpointManager("/tmp/run/ckpt", max_to_keep=3) as mgr:
     restored = mgr.restore(target=abstract_state)   # newest good step, target's shardings
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.ckptlib, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "CheckpointInfo": "catalog",
-    "list_checkpoints": "catalog",
-    "read_manifest": "catalog",
-    "verify_checkpoints": "catalog",
-    "CheckpointDamagedWarning": "damage",
-    "CheckpointFallbackWarning": "damage",
-    "DamagedCheckpoint": "damage",
-    "CheckpointExistsError": "errors",
-    "CheckpointNotFoundError": "errors",
-    "CheckpointSaveError": "errors",
-    "CorruptCheckpointError": "errors",
-    "Error": "errors",
-    "TargetMismatchError": "errors",
-    "export_params": "interop",
-    "restore_orbax": "interop",
-    "CheckpointManager": "manager",
-    "Restored": "manager",
-    "VerificationResult": "manifest",
-    "agree_on_signal": "multihost",
-    "PreemptionHandler": "preemption",
-    "resume": "preemption",
-    "load_safetensors": "safetensors",
-    "save_safetensors": "safetensors",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.ckptlib, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.catalog": [
+            "CheckpointInfo",
+            "list_checkpoints",
+            "read_manifest",
+            "verify_checkpoints",
+        ],
+        "_src.damage": [
+            "CheckpointDamagedWarning",
+            "CheckpointFallbackWarning",
+            "DamagedCheckpoint",
+        ],
+        "_src.errors": [
+            "CheckpointExistsError",
+            "CheckpointNotFoundError",
+            "CheckpointSaveError",
+            "CorruptCheckpointError",
+            "Error",
+            "TargetMismatchError",
+        ],
+        "_src.interop": ["export_params", "restore_orbax"],
+        "_src.manager": ["CheckpointManager", "Restored"],
+        "_src.manifest": ["VerificationResult"],
+        "_src.multihost": ["agree_on_signal"],
+        "_src.preemption": ["PreemptionHandler", "resume"],
+        "_src.safetensors": ["load_safetensors", "save_safetensors"],
+    },
+)

@@ -12,56 +12,34 @@ first-fit/concat/pad packing) turn them into the batch dict of the project's con
         state = it.get_state()      # small JSON dict; it.set_state(state) resumes exactly
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.datalib, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "BPETokenizer": "bpe",
-    "ChatTemplate": "chat",
-    "ArrayRecordSource": "columnar",
-    "ParquetSource": "columnar",
-    "write_array_record": "columnar",
-    "VALIDATION_PERCENT": "corpus",
-    "DefaultCorpus": "corpus",
-    "default_corpus": "corpus",
-    "ConfigError": "errors",
-    "EmptySourceError": "errors",
-    "Error": "errors",
-    "SourceError": "errors",
-    "StateError": "errors",
-    "TokenizerError": "errors",
-    "LMBatchIterator": "iterator",
-    "mixture": "mixture",
-    "PACKING_METHODS": "packing_methods",
-    "pack": "pack",
-    "rows_to_batch": "pack",
-    "lm_batches": "pipeline",
-    "lm_dataset": "pipeline",
-    "ShuffleShardMapDataset": "shuffle",
-    "InMemorySource": "sources",
-    "JsonlSource": "sources",
-    "TextSource": "sources",
-    "packing_efficiency": "stats",
-    "SplitLongExamples": "tokenize",
-    "split_long_examples": "tokenize",
-    "tokenize": "tokenize",
-    "ByteTokenizer": "tokenizer",
-    "Tokenizer": "tokenizer",
-    "tokenize_text": "tokenizer",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.datalib, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.bpe": ["BPETokenizer"],
+        "_src.chat": ["ChatTemplate"],
+        "_src.columnar": ["ArrayRecordSource", "ParquetSource", "write_array_record"],
+        "_src.corpus": ["VALIDATION_PERCENT", "DefaultCorpus", "default_corpus"],
+        "_src.errors": [
+            "ConfigError",
+            "EmptySourceError",
+            "Error",
+            "SourceError",
+            "StateError",
+            "TokenizerError",
+        ],
+        "_src.iterator": ["LMBatchIterator"],
+        "_src.mixture": ["mixture"],
+        "_src.packing_methods": ["PACKING_METHODS"],
+        "_src.pack": ["pack", "rows_to_batch"],
+        "_src.pipeline": ["lm_batches", "lm_dataset"],
+        "_src.shuffle": ["ShuffleShardMapDataset"],
+        "_src.sources": ["InMemorySource", "JsonlSource", "TextSource"],
+        "_src.stats": ["packing_efficiency"],
+        "_src.tokenize": ["SplitLongExamples", "split_long_examples", "tokenize"],
+        "_src.tokenizer": ["ByteTokenizer", "Tokenizer", "tokenize_text"],
+    },
+)

@@ -9,70 +9,56 @@ interop.
     logits, _ = apply(params, tokens, positions, segment_ids)
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.nnlib, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "Attention": "attention",
-    "AttentionFn": "attention_fn",
-    "dot_product_attention": "attention_fn",
-    "Block": "block",
-    "ContiguousKVCache": "cache",
-    "KVCache": "cache",
-    "ModelConfig": "config",
-    "Dense": "dense",
-    "CacheError": "errors",
-    "CheckpointMismatchError": "errors",
-    "ConfigError": "errors",
-    "Error": "errors",
-    "SurgeryError": "errors",
-    "training_flops_per_token": "flops",
-    "as_function": "functional",
-    "generate": "generate",
-    "load_hf_checkpoint": "hf_io",
-    "load_hf_weights": "hf_io",
-    "save_hf_checkpoint": "hf_io",
-    "apply_lora": "lora",
-    "load_lora": "lora",
-    "lora_state": "lora",
-    "merge_lora": "lora",
-    "save_lora": "lora",
-    "set_lora_dropout_rng": "lora",
-    "unmerge_lora": "lora",
-    "LoRA": "lora_module",
-    "GatedMLP": "mlp",
-    "MoE": "moe",
-    "RMSNorm": "norm",
-    "param_path": "paths",
-    "load_peft_adapter": "peft",
-    "read_peft_adapter": "peft",
-    "get_preset": "presets",
-    "list_presets": "presets",
-    "apply_rope": "rope",
-    "inverse_frequencies": "rope",
-    "logical_axes": "sharding",
-    "partition_specs": "sharding",
-    "Frozen": "surgery",
-    "freeze": "surgery",
-    "init_from": "surgery",
-    "iter_modules": "surgery",
-    "replace_module": "surgery",
-    "unfreeze": "surgery",
-    "Transformer": "transformer",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.nnlib, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.attention": ["Attention"],
+        "_src.attention_fn": ["AttentionFn", "dot_product_attention"],
+        "_src.block": ["Block"],
+        "_src.cache": ["ContiguousKVCache", "KVCache"],
+        "_src.config": ["ModelConfig"],
+        "_src.dense": ["Dense"],
+        "_src.errors": [
+            "CacheError",
+            "CheckpointMismatchError",
+            "ConfigError",
+            "Error",
+            "SurgeryError",
+        ],
+        "_src.flops": ["training_flops_per_token"],
+        "_src.functional": ["as_function"],
+        "_src.generate": ["generate"],
+        "_src.hf_io": ["load_hf_checkpoint", "load_hf_weights", "save_hf_checkpoint"],
+        "_src.lora": [
+            "apply_lora",
+            "load_lora",
+            "lora_state",
+            "merge_lora",
+            "save_lora",
+            "set_lora_dropout_rng",
+            "unmerge_lora",
+        ],
+        "_src.lora_module": ["LoRA"],
+        "_src.mlp": ["GatedMLP"],
+        "_src.moe": ["MoE"],
+        "_src.norm": ["RMSNorm"],
+        "_src.paths": ["param_path"],
+        "_src.peft": ["load_peft_adapter", "read_peft_adapter"],
+        "_src.presets": ["get_preset", "list_presets"],
+        "_src.rope": ["apply_rope", "inverse_frequencies"],
+        "_src.sharding": ["logical_axes", "partition_specs"],
+        "_src.surgery": [
+            "Frozen",
+            "freeze",
+            "init_from",
+            "iter_modules",
+            "replace_module",
+            "unfreeze",
+        ],
+        "_src.transformer": ["Transformer"],
+    },
+)

@@ -13,45 +13,33 @@ Parameters are addressed by `/`-joined paths (`layers/0/attn/q_proj/kernel`) of 
 dict or a Flax NNX State alike; masks, multipliers and frozen sets are regexes over them.
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.optlib, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "build_optimizer": "build",
-    "scale_by_path_multipliers": "build",
-    "chunked_cross_entropy_loss": "chunked_loss",
-    "DEFAULT_MUON_EXCLUDE": "config",
-    "DEFAULT_NO_DECAY": "config",
-    "OPTIMIZERS": "config",
-    "SCHEDULES": "config",
-    "OptimizerConfig": "config",
-    "ScheduleConfig": "config",
-    "ParamEmaState": "ema",
-    "param_ema": "ema",
-    "ConfigError": "errors",
-    "Error": "errors",
-    "UnmatchedRegexWarning": "errors",
-    "cross_entropy_loss": "losses",
-    "param_paths": "paths",
-    "build_schedule": "schedules",
-    "current_learning_rate": "state",
-    "ema_params": "state",
-    "nonfinite_count": "state",
-    "schedule_free_eval_params": "state",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.optlib, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.build": ["build_optimizer", "scale_by_path_multipliers"],
+        "_src.chunked_loss": ["chunked_cross_entropy_loss"],
+        "_src.config": [
+            "DEFAULT_MUON_EXCLUDE",
+            "DEFAULT_NO_DECAY",
+            "OPTIMIZERS",
+            "SCHEDULES",
+            "OptimizerConfig",
+            "ScheduleConfig",
+        ],
+        "_src.ema": ["ParamEmaState", "param_ema"],
+        "_src.errors": ["ConfigError", "Error", "UnmatchedRegexWarning"],
+        "_src.losses": ["cross_entropy_loss"],
+        "_src.paths": ["param_paths"],
+        "_src.schedules": ["build_schedule"],
+        "_src.state": [
+            "current_learning_rate",
+            "ema_params",
+            "nonfinite_count",
+            "schedule_free_eval_params",
+        ],
+    },
+)

@@ -12,51 +12,28 @@ ql.PtqProvider(rules))`. QLoRA: PTQ with `nf4`/`int4`, then `nnlib.apply_lora` a
 the adapters. See docs/quantlib.md.
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.quantlib, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "Error": "errors",
-    "QuantWarning": "errors",
-    "RuleError": "errors",
-    "SourceError": "errors",
-    "perplexity": "evaluate",
-    "validation_batches": "evaluate",
-    "ActScale": "intercept",
-    "QuantizedWeight": "intercept",
-    "match_rules": "match",
-    "quantized_matmul": "matmul",
-    "QTYPES": "qtypes",
-    "PtqProvider": "quantize",
-    "QatProvider": "quantize",
-    "quantize": "quantize",
-    "weight_bytes": "quantize",
-    "PRESETS": "rules",
-    "QuantRule": "rules",
-    "load_rules": "rules",
-    "Source": "source",
-    "load_run": "source",
-    "export_safetensors": "store",
-    "load_quantized": "store",
-    "save_quantized": "store",
-    "QuantizedTensor": "tensor",
-    "fake_quantize": "tensor",
-    "fake_quantize_activation": "tensor",
-    "quantize_tensor": "tensor",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.quantlib, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.errors": ["Error", "QuantWarning", "RuleError", "SourceError"],
+        "_src.evaluate": ["perplexity", "validation_batches"],
+        "_src.intercept": ["ActScale", "QuantizedWeight"],
+        "_src.match": ["match_rules"],
+        "_src.matmul": ["quantized_matmul"],
+        "_src.qtypes": ["QTYPES"],
+        "_src.quantize": ["PtqProvider", "QatProvider", "quantize", "weight_bytes"],
+        "_src.rules": ["PRESETS", "QuantRule", "load_rules"],
+        "_src.source": ["Source", "load_run"],
+        "_src.store": ["export_safetensors", "load_quantized", "save_quantized"],
+        "_src.tensor": [
+            "QuantizedTensor",
+            "fake_quantize",
+            "fake_quantize_activation",
+            "quantize_tensor",
+        ],
+    },
+)

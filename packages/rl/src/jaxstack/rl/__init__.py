@@ -13,67 +13,54 @@ mesh `roles.<role>` names. The objectives are pure functions (`dpo_loss`, `orpo_
 `grpo_loss`, `group_advantages`, `gae`, `ppo_loss`). See docs/rl.md.
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.rl, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "arithmetic": "arithmetic",
-    "main": "cli",
-    "ALGORITHMS": "config",
-    "DpoSection": "config",
-    "GrpoSection": "config",
-    "InitSection": "config",
-    "LoraSection": "config",
-    "OrpoSection": "config",
-    "PpoSection": "config",
-    "RLConfig": "config",
-    "RolePlacement": "config",
-    "RolesSection": "config",
-    "RolloutSection": "config",
-    "SftSection": "config",
-    "list_presets": "config",
-    "load_config": "config",
-    "DEFAULT_CHAT_TEMPLATE": "encode",
-    "ConfigError": "errors",
-    "Error": "errors",
-    "RecordError": "errors",
-    "RewardError": "errors",
-    "sequence_logprobs": "logprobs",
-    "token_logprobs": "logprobs",
-    "dpo_loss": "losses",
-    "gae": "losses",
-    "group_advantages": "losses",
-    "grpo_loss": "losses",
-    "orpo_loss": "losses",
-    "ppo_loss": "losses",
-    "grpo": "online",
-    "ppo": "online",
-    "dpo": "preference",
-    "orpo": "preference",
-    "run_arithmetic": "recipe",
-    "PreferenceRecord": "records",
-    "SftRecord": "records",
-    "read_preference_records": "records",
-    "read_prompts": "records",
-    "read_sft_records": "records",
-    "Reward": "rewards",
-    "RunResult": "run",
-    "sft": "sft",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module = importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}")
-    value = module if name == "arithmetic" else getattr(module, name)  # a public module
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.rl, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submodules=["arithmetic"],
+    submod_attrs={
+        "_src.cli": ["main"],
+        "_src.config": [
+            "ALGORITHMS",
+            "DpoSection",
+            "GrpoSection",
+            "InitSection",
+            "LoraSection",
+            "OrpoSection",
+            "PpoSection",
+            "RLConfig",
+            "RolePlacement",
+            "RolesSection",
+            "RolloutSection",
+            "SftSection",
+            "list_presets",
+            "load_config",
+        ],
+        "_src.encode": ["DEFAULT_CHAT_TEMPLATE"],
+        "_src.errors": ["ConfigError", "Error", "RecordError", "RewardError"],
+        "_src.logprobs": ["sequence_logprobs", "token_logprobs"],
+        "_src.losses": [
+            "dpo_loss",
+            "gae",
+            "group_advantages",
+            "grpo_loss",
+            "orpo_loss",
+            "ppo_loss",
+        ],
+        "_src.online": ["grpo", "ppo"],
+        "_src.preference": ["dpo", "orpo"],
+        "_src.recipe": ["run_arithmetic"],
+        "_src.records": [
+            "PreferenceRecord",
+            "SftRecord",
+            "read_preference_records",
+            "read_prompts",
+            "read_sft_records",
+        ],
+        "_src.rewards": ["Reward"],
+        "_src.run": ["RunResult"],
+        "_src.sft": ["sft"],
+    },
+)

@@ -6,54 +6,35 @@ StableHLO artifact, `load_artifact` it back (hash-checked), and serve a reposito
 the `jaxstack-serve-models` command). The LLM engine will live beside it.
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.serving, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "ArtifactError": "errors",
-    "ConfigError": "errors",
-    "Error": "errors",
-    "ExportError": "errors",
-    "InvalidInputError": "errors",
-    "ModelNotFoundError": "errors",
-    "QueueFullError": "errors",
-    "ServerBusyError": "errors",
-    "EngineConfig": "llm.engine",
-    "LLMEngine": "llm.engine",
-    "LLM": "llm.llm",
-    "CompletionOutput": "llm.outputs",
-    "RequestOutput": "llm.outputs",
-    "SamplingParams": "llm.sampling_params",
-    "StructuredOutput": "llm.guided",
-    "BatchStats": "models.batcher",
-    "DynamicBatcher": "models.batcher",
-    "serve": "models.cli",
-    "export": "models.export",
-    "create_app": "models.http",
-    "Artifact": "models.load",
-    "Signature": "models.load",
-    "TensorSpec": "models.load",
-    "load_artifact": "models.load",
-    "ServingMetrics": "models.metrics",
-    "ModelConfig": "models.repository",
-    "RepositoryConfig": "models.repository",
-    "VersionPolicy": "models.repository",
-    "LoadedVersion": "models.server",
-    "ModelServer": "models.server",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.serving, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.errors": [
+            "ArtifactError",
+            "ConfigError",
+            "Error",
+            "ExportError",
+            "InvalidInputError",
+            "ModelNotFoundError",
+            "QueueFullError",
+            "ServerBusyError",
+        ],
+        "_src.llm.engine": ["EngineConfig", "LLMEngine"],
+        "_src.llm.llm": ["LLM"],
+        "_src.llm.outputs": ["CompletionOutput", "RequestOutput"],
+        "_src.llm.sampling_params": ["SamplingParams"],
+        "_src.llm.guided": ["StructuredOutput"],
+        "_src.models.batcher": ["BatchStats", "DynamicBatcher"],
+        "_src.models.cli": ["serve"],
+        "_src.models.export": ["export"],
+        "_src.models.http": ["create_app"],
+        "_src.models.load": ["Artifact", "Signature", "TensorSpec", "load_artifact"],
+        "_src.models.metrics": ["ServingMetrics"],
+        "_src.models.repository": ["ModelConfig", "RepositoryConfig", "VersionPolicy"],
+        "_src.models.server": ["LoadedVersion", "ModelServer"],
+    },
+)

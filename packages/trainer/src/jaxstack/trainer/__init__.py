@@ -9,66 +9,55 @@ Public names load on first use (PEP 562), so `jaxstack-train` can install its SI
 handler before JAX is imported: a signal during the seconds of start-up is answered at once.
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the private module that defines it
-_EXPORTS = {
-    "CheckpointSection": "config",
-    "Config": "config",
-    "DataConfig": "config",
-    "EvalSection": "config",
-    "LogSection": "config",
-    "MeshConfig": "config",
-    "TrainSection": "config",
-    "QuantSection": "config",
-    "list_configs": "config",
-    "load_config": "config",
-    "read_config_tree": "config",
-    "Section": "config",
-    "apply_overrides": "config",
-    "parse_override": "config",
-    "read_yaml_file": "config",
-    "validate_config": "config",
-    "main": "cli",
-    "dry_run": "dry_run",
-    "AotError": "aot",
-    "TpuSlice": "aot",
-    "aot_train_compile": "aot",
-    "ConfigError": "errors",
-    "DataError": "errors",
-    "Error": "errors",
-    "MeshError": "errors",
-    "ResumeError": "errors",
-    "report_error": "errors",
-    "GoodputTracker": "goodput",
-    "TrainResult": "loop",
-    "train": "loop",
-    "DEFAULT_RULES": "mesh",
-    "batch_sharding": "mesh",
-    "build_mesh": "mesh",
-    "logical_rules": "mesh",
-    "param_shardings": "mesh",
-    "resolve_axes": "mesh",
-    "state_shardings": "mesh",
-    "MetricsLog": "metrics_log",
-    "read_jsonl": "metrics_log",
-    "write_report": "report",
-    "make_eval_step": "step",
-    "make_loss_fn": "step",
-    "make_train_step": "step",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'jaxstack.trainer' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"jaxstack.trainer._src.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so `jaxstack-train` can install its signal
+# handler before JAX is imported.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.config": [
+            "CheckpointSection",
+            "Config",
+            "DataConfig",
+            "EvalSection",
+            "LogSection",
+            "MeshConfig",
+            "TrainSection",
+            "QuantSection",
+            "list_configs",
+            "load_config",
+            "read_config_tree",
+            "Section",
+            "apply_overrides",
+            "parse_override",
+            "read_yaml_file",
+            "validate_config",
+        ],
+        "_src.cli": ["main"],
+        "_src.dry_run": ["dry_run"],
+        "_src.aot": ["AotError", "TpuSlice", "aot_train_compile"],
+        "_src.errors": [
+            "ConfigError",
+            "DataError",
+            "Error",
+            "MeshError",
+            "ResumeError",
+            "report_error",
+        ],
+        "_src.goodput": ["GoodputTracker"],
+        "_src.loop": ["TrainResult", "train"],
+        "_src.mesh": [
+            "DEFAULT_RULES",
+            "batch_sharding",
+            "build_mesh",
+            "logical_rules",
+            "param_shardings",
+            "resolve_axes",
+            "state_shardings",
+        ],
+        "_src.metrics_log": ["MetricsLog", "read_jsonl"],
+        "_src.report": ["write_report"],
+        "_src.step": ["make_eval_step", "make_loss_fn", "make_train_step"],
+    },
+)

@@ -12,71 +12,60 @@ points = xprof_lite.roofline(prof, xprof_lite.device_peak())
 xprof_lite.report(train_step, state, batch, out_dir="/tmp/prof-report")
 """
 
-import importlib
-from typing import Any
+import lazy_loader
 
-# public name -> the module (under _src) that defines it. Imported on first use (PEP 562),
-# so that importing jaxstack.xprof_lite, or a command's --help, does not import JAX.
-_EXPORTS = {
-    "CHECKPOINT": "annotate",
-    "COMPILE": "annotate",
-    "DATA_WAIT": "annotate",
-    "StepTraceAnnotation": "annotate",
-    "host_event": "annotate",
-    "step_annotation": "annotate",
-    "Capture": "capture",
-    "save_hlo": "capture",
-    "trace": "capture",
-    "CATEGORIES": "cost",
-    "Error": "errors",
-    "HOST_ALLOCATORS": "machine",
-    "HostAllocatorTrial": "machine",
-    "HostCPU": "machine",
-    "SettingTrial": "machine",
-    "choose_host_allocator": "machine",
-    "host_cpu": "machine",
-    "set_host_allocator": "machine",
-    "LiveArray": "memory",
-    "compiled_memory": "memory",
-    "live_arrays": "memory",
-    "live_bytes_by_origin": "memory",
-    "peak_memory_per_step": "memory",
-    "OpProfile": "op_profile",
-    "OpStat": "op_profile",
-    "analyze_hlo": "op_profile",
-    "op_profile": "op_profile",
-    "profile_from_trace": "op_profile",
-    "SPEC_TABLE": "peak",
-    "DevicePeak": "peak",
-    "SpecRow": "peak",
-    "device_peak": "peak",
-    "measure_matmul_flops": "peak",
-    "measure_peak": "peak",
-    "spec_peak": "peak",
-    "Report": "report",
-    "report": "report",
-    "report_logdir": "report",
-    "RooflinePoint": "roofline",
-    "roofline": "roofline",
-    "StepBreakdown": "steps",
-    "step_breakdown": "steps",
-    "step_windows": "steps",
-    "hlo_op_times": "tracefile",
-    "load_trace": "tracefile:load",
-    "StepWindowProfiler": "window",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    module, _, attribute = _EXPORTS[name].partition(":")  # "module:attribute" when renamed
-    value = getattr(importlib.import_module(f"{__name__}._src.{module}"), attribute or name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return __all__
+# Public names load on first use (PEP 562), so that importing jaxstack.xprof_lite, or a
+# command's --help, does not import JAX.
+__getattr__, __dir__, __all__ = lazy_loader.attach(
+    __name__,
+    submod_attrs={
+        "_src.annotate": [
+            "CHECKPOINT",
+            "COMPILE",
+            "DATA_WAIT",
+            "StepTraceAnnotation",
+            "host_event",
+            "step_annotation",
+        ],
+        "_src.capture": ["Capture", "save_hlo", "trace"],
+        "_src.cost": ["CATEGORIES"],
+        "_src.errors": ["Error"],
+        "_src.machine": [
+            "HOST_ALLOCATORS",
+            "HostAllocatorTrial",
+            "HostCPU",
+            "SettingTrial",
+            "choose_host_allocator",
+            "host_cpu",
+            "set_host_allocator",
+        ],
+        "_src.memory": [
+            "LiveArray",
+            "compiled_memory",
+            "live_arrays",
+            "live_bytes_by_origin",
+            "peak_memory_per_step",
+        ],
+        "_src.op_profile": [
+            "OpProfile",
+            "OpStat",
+            "analyze_hlo",
+            "op_profile",
+            "profile_from_trace",
+        ],
+        "_src.peak": [
+            "SPEC_TABLE",
+            "DevicePeak",
+            "SpecRow",
+            "device_peak",
+            "measure_matmul_flops",
+            "measure_peak",
+            "spec_peak",
+        ],
+        "_src.report": ["Report", "report", "report_logdir"],
+        "_src.roofline": ["RooflinePoint", "roofline"],
+        "_src.steps": ["StepBreakdown", "step_breakdown", "step_windows"],
+        "_src.tracefile": ["hlo_op_times", "load_trace"],
+        "_src.window": ["StepWindowProfiler"],
+    },
+)

@@ -11,7 +11,7 @@ import jax
 from flax import nnx
 
 from jaxstack.nnlib._src.attention_fn import AttentionFn
-from jaxstack.nnlib._src.config import ModelConfig, dtype_of
+from jaxstack.nnlib._src.config import ModelConfig, dense_options, dtype_of
 from jaxstack.nnlib._src.dense import Dense
 from jaxstack.nnlib._src.norm import RMSNorm
 from jaxstack.nnlib._src.rope import apply_rope, inverse_frequencies
@@ -35,12 +35,7 @@ class Attention(nnx.Module):
 
     def __init__(self, config: ModelConfig, *, rngs: nnx.Rngs):
         c = config
-        kw = dict(
-            init_std=c.init_std,
-            dtype=dtype_of(c.dtype),
-            param_dtype=dtype_of(c.param_dtype),
-            rngs=rngs,
-        )
+        kw = dense_options(c, rngs)
         self.q_proj = Dense(
             (c.d_model,),
             (c.num_heads, c.head_dim),
@@ -49,22 +44,9 @@ class Attention(nnx.Module):
             use_bias=c.qkv_bias,
             **kw,
         )
-        self.k_proj = Dense(
-            (c.d_model,),
-            (c.num_kv_heads, c.head_dim),
-            in_axes=("embed",),
-            out_axes=("kv_heads", "head_dim"),
-            use_bias=c.qkv_bias,
-            **kw,
-        )
-        self.v_proj = Dense(
-            (c.d_model,),
-            (c.num_kv_heads, c.head_dim),
-            in_axes=("embed",),
-            out_axes=("kv_heads", "head_dim"),
-            use_bias=c.qkv_bias,
-            **kw,
-        )
+        kv = dict(in_axes=("embed",), out_axes=("kv_heads", "head_dim"), use_bias=c.qkv_bias, **kw)
+        self.k_proj = Dense((c.d_model,), (c.num_kv_heads, c.head_dim), **kv)
+        self.v_proj = Dense((c.d_model,), (c.num_kv_heads, c.head_dim), **kv)
         self.o_proj = Dense(
             (c.num_heads, c.head_dim),
             (c.d_model,),

@@ -215,3 +215,14 @@ def dtype_of(name: str):
     import jax.numpy as jnp
 
     return {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}[name]
+
+
+def dense_options(config: ModelConfig, rngs) -> dict:
+    """The keyword arguments of a `Dense` layer that follow from the config: init std, compute
+    and parameter dtypes, and the rngs to initialise from."""
+    return dict(
+        init_std=config.init_std,
+        dtype=dtype_of(config.dtype),
+        param_dtype=dtype_of(config.param_dtype),
+        rngs=rngs,
+    )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 from flax import nnx
 
-from jaxstack.nnlib._src.config import ModelConfig, dtype_of
+from jaxstack.nnlib._src.config import ModelConfig, dense_options
 
 
 def activation(name: str):
@@ -32,12 +32,7 @@ class GatedMLP(nnx.Module):
         from jaxstack.nnlib._src.dense import Dense
 
         c = config
-        kw = dict(
-            init_std=c.init_std,
-            dtype=dtype_of(c.dtype),
-            param_dtype=dtype_of(c.param_dtype),
-            rngs=rngs,
-        )
+        kw = dense_options(c, rngs)
         self.gate_proj = Dense(
             (c.d_model,), (c.mlp_dim,), in_axes=("embed",), out_axes=("mlp",), **kw
         )

@@ -17,7 +17,7 @@ from flax import nnx
 
 from jaxstack.nnlib._src.attention_fn import AttentionFn, dot_product_attention
 from jaxstack.nnlib._src.block import Block
-from jaxstack.nnlib._src.config import ModelConfig, dtype_of
+from jaxstack.nnlib._src.config import ModelConfig, dense_options, dtype_of
 from jaxstack.nnlib._src.dense import Dense
 from jaxstack.nnlib._src.errors import ConfigError
 from jaxstack.nnlib._src.init import normal
@@ -83,10 +83,7 @@ class Transformer(nnx.Module):
                 (c.vocab_size,),
                 in_axes=("embed",),
                 out_axes=("vocab",),
-                init_std=c.init_std,
-                dtype=dtype_of(c.dtype),
-                param_dtype=pdt,
-                rngs=rngs,
+                **dense_options(c, rngs),
             )
 
     # ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jaxstack.rl._src import arithmetic
+from jaxstack.rl import arithmetic
 from jaxstack.rl._src.config import load_config
 from jaxstack.rl._src.encode import Encoder, build_chat_template
 from jaxstack.rl._src.online import grpo

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import socket
 import time
@@ -43,3 +44,11 @@ class DrainingServer(uvicorn.Server):
                 break
             await asyncio.sleep(0.05)
         await super().shutdown(sockets)
+
+
+def add_server_arguments(p: argparse.ArgumentParser, *, drain_timeout: float, drain_help: str):
+    """--host, --port, --drain-timeout and --log-level, as both servers' commands take them."""
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--drain-timeout", type=float, default=drain_timeout, help=drain_help)
+    p.add_argument("--log-level", default="info")

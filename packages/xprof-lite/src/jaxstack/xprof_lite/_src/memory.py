@@ -95,7 +95,7 @@ def live_bytes_by_origin(arrays: list[LiveArray]) -> dict[str, int]:
 
 def peak_memory_per_step(data) -> dict[int, int]:
     """Peak bytes in use per annotated step; empty when the trace has no allocator events."""
-    data = tracefile.load(data)
+    data = tracefile.load_trace(data)
     samples = []
     for event in tracefile.events(data):
         for stat in MEMORY_STATS:

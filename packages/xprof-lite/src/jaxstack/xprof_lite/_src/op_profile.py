@@ -212,7 +212,7 @@ def op_profile(fn, *args, measure: int = 0, trace_data=None, **kwargs) -> OpProf
                     jax.block_until_ready(compiled(*args, **kwargs))
             join_times(profile, tracefile.hlo_op_times(cap.profile_data()))
     elif trace_data is not None:
-        join_times(profile, tracefile.hlo_op_times(tracefile.load(trace_data)))
+        join_times(profile, tracefile.hlo_op_times(tracefile.load_trace(trace_data)))
     return profile
 
 

@@ -412,7 +412,7 @@ def report_logdir(
             f"{str(logdir)!r} is a file; pass the logdir given to xprof_lite.trace(logdir), "
             "or give --out DIR for the report"
         )
-    data = tracefile.load(logdir)
+    data = tracefile.load_trace(logdir)
     profiles = profile_from_trace(data, saved_hlo_texts(logdir))
     if peak is None and (peak := saved_peak(logdir)) is not None:
         peak = dataclasses.replace(peak, source=f"{peak.source}, recorded with the capture")

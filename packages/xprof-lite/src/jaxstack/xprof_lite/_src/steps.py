@@ -49,7 +49,7 @@ def step_windows(data) -> list[StepWindow]:
     """Every annotated step in the trace, in time order."""
     seen = set()
     windows = []
-    for e in tracefile.events(tracefile.load(data)):
+    for e in tracefile.events(tracefile.load_trace(data)):
         if "step_num" in e.stats and not e.plane.startswith("/device:"):
             key = (e.name, e.stats["step_num"], e.start_ns)
             if key not in seen:
@@ -60,7 +60,7 @@ def step_windows(data) -> list[StepWindow]:
 
 def step_breakdown(data) -> list[StepBreakdown]:
     """Per-step compute / data wait / compile / checkpoint milliseconds from a trace."""
-    data = tracefile.load(data)
+    data = tracefile.load_trace(data)
     compile_iv, ckpt_iv, data_iv, ops_iv = [], [], [], []
     device_ops = False
     for e in tracefile.events(data):

@@ -44,7 +44,7 @@ def find_xplane(path: str | os.PathLike) -> Path:
     return candidates[0]
 
 
-def load(source: ProfileData | str | os.PathLike) -> ProfileData:
+def load_trace(source: ProfileData | str | os.PathLike) -> ProfileData:
     """A `ProfileData` from itself, an xplane file, a run directory or a logdir.
 
     An empty, truncated or corrupt file is an `Error` naming it, not a parser traceback: a

@@ -13,7 +13,7 @@ import uvicorn
 
 from jaxstack import xprof_lite
 from jaxstack.serving._src.errors import ConfigError, Error
-from jaxstack.serving._src.http_server import DrainingServer
+from jaxstack.serving._src.http_server import DrainingServer, add_server_arguments
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -24,8 +24,6 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--model", required=True, help="HF folder, run directory or checkpoint dir")
     p.add_argument("--served-model-name", help="the model id clients use (default: folder name)")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
     p.add_argument(
         "--api-key",
         default=os.environ.get("JAXSTACK_API_KEY"),
@@ -88,13 +86,11 @@ def _parser() -> argparse.ArgumentParser:
         "the CPU (see jaxstack.xprof_lite.set_host_allocator)",
     )
     p.add_argument("--no-warmup", action="store_true", help="compile lazily, not at startup")
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=30.0,
-        help="seconds idle connections get after SIGTERM; streams in flight finish",
+    add_server_arguments(
+        p,
+        drain_timeout=30.0,
+        drain_help="seconds idle connections get after SIGTERM; streams in flight finish",
     )
-    p.add_argument("--log-level", default="info")
     return p
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import uvicorn
 
 from jaxstack.serving._src.errors import Error
-from jaxstack.serving._src.http_server import DrainingServer
+from jaxstack.serving._src.http_server import DrainingServer, add_server_arguments
 
 # The server and its app import JAX: they load inside the functions, so --help answers at once.
 if TYPE_CHECKING:
@@ -53,8 +53,6 @@ def _parser() -> argparse.ArgumentParser:
         "StableHLO artifacts over KServe v2 REST, with dynamic batching and hot reload.",
     )
     p.add_argument("--repository", required=True, help="model repository root")
-    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000)
     p.add_argument(
         "--config",
         help="JSON/YAML serving config (default: serving.json/.yaml in the repository, if any)",
@@ -63,13 +61,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-batch-size", type=int, default=32)
     p.add_argument("--max-queue-delay-ms", type=float, default=2.0)
     p.add_argument("--max-queue-size", type=int, default=256)
-    p.add_argument(
-        "--drain-timeout",
-        type=float,
-        default=5.0,
-        help="seconds open connections get to be answered after SIGTERM (default 5)",
+    add_server_arguments(
+        p,
+        drain_timeout=5.0,
+        drain_help="seconds open connections get to be answered after SIGTERM (default 5)",
     )
-    p.add_argument("--log-level", default="info")
     return p
 
 

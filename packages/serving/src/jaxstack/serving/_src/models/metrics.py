@@ -12,8 +12,21 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from jaxstack.serving._src.models.batcher import BatchStats
 
 _LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
-)  # fmt: skip
+    0.0005,
+    0.001,
+    0.002,
+    0.005,
+    0.01,
+    0.02,
+    0.05,
+    0.1,
+    0.2,
+    0.5,
+    1.0,
+    2.0,
+    5.0,
+    10.0,
+)
 _BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
@@ -29,64 +42,54 @@ class ServingMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None):
         self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.requests = Counter(
-            "jaxstack_serving_requests",
+
+        def metric(kind, name, documentation, labels=("model", "version"), **kwargs):
+            return kind(
+                f"jaxstack_serving_{name}", documentation, labels, registry=self.registry, **kwargs
+            )
+
+        latency = {"buckets": _LATENCY_BUCKETS}
+        self.requests = metric(
+            Counter,
+            "requests",
             "Inference requests by model, version and HTTP status code.",
-            ["model", "version", "code"],
-            registry=r,
+            ("model", "version", "code"),
         )
-        self.latency = Histogram(
-            "jaxstack_serving_request_latency_seconds",
+        self.latency = metric(
+            Histogram,
+            "request_latency_seconds",
             "Time from receiving an inference request to its response being ready.",
-            ["model", "version"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            **latency,
         )
-        self.queue_time = Histogram(
-            "jaxstack_serving_queue_time_seconds",
+        self.queue_time = metric(
+            Histogram,
+            "queue_time_seconds",
             "Time a request waited in the dynamic-batching queue.",
-            ["model", "version"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            **latency,
         )
-        self.compute_time = Histogram(
-            "jaxstack_serving_batch_compute_seconds",
+        self.compute_time = metric(
+            Histogram,
+            "batch_compute_seconds",
             "Time to run one merged batch through the model, split included.",
-            ["model", "version"],
-            buckets=_LATENCY_BUCKETS,
-            registry=r,
+            **latency,
         )
-        self.batch_size = Histogram(
-            "jaxstack_serving_batch_size",
+        self.batch_size = metric(
+            Histogram,
+            "batch_size",
             "Rows per executed batch, before padding.",
-            ["model", "version"],
             buckets=_BATCH_BUCKETS,
-            registry=r,
         )
-        self.padding_rows = Counter(
-            "jaxstack_serving_padding_rows",
-            "Rows added to reach a compiled batch size.",
-            ["model", "version"],
-            registry=r,
+        self.padding_rows = metric(
+            Counter, "padding_rows", "Rows added to reach a compiled batch size."
         )
-        self.queue_depth = Gauge(
-            "jaxstack_serving_queue_depth",
-            "Requests waiting in the queue now.",
-            ["model", "version"],
-            registry=r,
+        self.queue_depth = metric(Gauge, "queue_depth", "Requests waiting in the queue now.")
+        self.versions_loaded = metric(
+            Gauge, "model_versions_loaded", "Model versions ready to serve.", ("model",)
         )
-        self.versions_loaded = Gauge(
-            "jaxstack_serving_model_versions_loaded",
-            "Model versions ready to serve.",
-            ["model"],
-            registry=r,
-        )
-        self.load_failures = Counter(
-            "jaxstack_serving_load_failures",
+        self.load_failures = metric(
+            Counter,
+            "load_failures",
             "Model versions that failed to load (partial, corrupted, wrong platform).",
-            ["model", "version"],
-            registry=r,
         )
 
     def record_batch(self, model: str, version: int, stats: BatchStats) -> None:
