@@ -15,6 +15,7 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py budget --rounds 3 --json out.json
     .venv/bin/python benchmarks/serving-llm/engine_ab.py rows-c1    # sequence-row buckets
     .venv/bin/python benchmarks/serving-llm/engine_ab.py int8-c1    # weight-only int8, d=512
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py sampler-c32  # the sampling program
 
 A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
@@ -29,6 +30,8 @@ import statistics
 import sys
 import time
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
@@ -92,6 +95,58 @@ def graphdef_hashed_every_call(llm: LLM) -> None:
     runner.graphdef_key = HashedEveryCall(runner.graphdef_key)
 
 
+def _gumbel_sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
+    """The sampler as it was (serving 0.4.2): `jnp.argmax`, and Gumbel noise over the whole
+    vocabulary through `jax.random.categorical`."""
+    from jaxstack.serving._src.llm import sampler
+
+    raw = jax.nn.log_softmax(logits, axis=-1)
+    if penalties is not None:
+        logits = sampler.apply_penalties(logits, s, penalties)
+    token_ids = jnp.argmax(logits, axis=-1)
+    if not all_greedy:
+        keys = jax.vmap(lambda seed, step: jax.random.fold_in(jax.random.key(seed), step))(
+            s.seed, s.step
+        )
+        filtered = sampler.filter_logits(logits, s, top_k_top_p=top_k_top_p)
+        drawn = jax.vmap(jax.random.categorical)(keys, filtered)
+        token_ids = jnp.where(s.temperature > 0, drawn, token_ids)
+    token_ids = token_ids.astype(jnp.int32)
+    chosen = jnp.take_along_axis(raw, token_ids[:, None], axis=-1)[:, 0]
+    top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
+    return sampler.Sampled(token_ids, chosen, top_ids.astype(jnp.int32), top_logprobs)
+
+
+def gumbel_sampling(llm: LLM) -> None:
+    """This LLM's steps sample with `_gumbel_sample` (the engine is single-threaded: the swap
+    of the runner's module-level sampling program lasts exactly one step)."""
+    from jaxstack.serving._src.llm import model_runner
+
+    before = jax.jit(_gumbel_sample, static_argnames=("num_top", "all_greedy", "top_k_top_p"))
+    step = llm.engine.step
+
+    def swapped_step():
+        current, model_runner._sample = model_runner._sample, before
+        try:
+            return step()
+        finally:
+            model_runner._sample = current
+
+    llm.engine.step = swapped_step
+
+
+def sampler_suite(concurrency: int) -> tuple:
+    """The sampling program before and after the inverse-CDF draw, at issue 31's settings."""
+    options = dict(max_model_len=2048, max_num_batched_tokens=2048)
+    return (
+        concurrency,
+        {
+            "Gumbel draw, jnp.argmax (before)": (options, SAMPLED, gumbel_sampling),
+            "inverse-CDF draw, two-reduction argmax": (options, SAMPLED),
+        },
+    )
+
+
 # suite -> (concurrency, {variant: (engine options, sampling parameters[, change to the LLM])})
 SUITES = {
     # Goal 1 of issue 31: cost follows the work, not the cache's capacity or context limit.
@@ -127,6 +182,7 @@ SUITES = {
         },
     ),
     "rows-c1": rows_suite(1),
+    **{f"sampler-c{c}": sampler_suite(c) for c in (1, 8, 32)},
     "rows-c8": rows_suite(8),
     # Token buckets from 2 (a lone decode's model runs 2 token rows) or from 16 as before.
     "tokens-c1": (
