@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of
 from jaxstack.kernlib.ops.attention import _common, base
 
 LANES = 128
@@ -31,21 +31,16 @@ NT = (((1,), (1,)), ((), ()))  # a @ b.T
 class Config(KernelConfig):
     """Tile sizes of the Mosaic kernels (multiples of 128)."""
 
-    block_q: int = 128
-    block_k: int = 128
-    block_q_bwd: int = 128
-    block_k_bwd: int = 128
-
-    def __post_init__(self):
-        for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
-            check_multiple(name, getattr(self, name), LANES)
-
-    @classmethod
-    def sweep(cls):
-        out = [cls()]
-        for bq, bk in ((256, 256), (256, 512), (512, 512), (512, 1024)):
-            out.append(cls(block_q=bq, block_k=bk, block_q_bwd=bq, block_k_bwd=bq))
-        return out
+    block_q: int = multiple_of(128, LANES)
+    block_k: int = multiple_of(128, LANES)
+    block_q_bwd: int = multiple_of(128, LANES)
+    block_k_bwd: int = multiple_of(128, LANES)
+    SWEEP = (
+        (256, 256, 256, 256),
+        (256, 512, 256, 256),
+        (512, 512, 512, 512),
+        (512, 1024, 512, 512),
+    )
 
 
 _Static = _common.Static
@@ -182,7 +177,10 @@ def _forward(q, k, v, seg, st: _Static):
     )(*args)
 
 
-def _probs_and_dscores(q, k, v, do, lse, delta, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
+def _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
+    """Loads a backward step's blocks (q, k, v, do, lse, delta); returns q, k and do with the
+    probabilities and the logits' gradient."""
+    q, k, v, do, lse, delta = (ref[...] for ref in ins)
     s, t, mask = _scores(q, k, iq, ik, bq, bk, qs_ref, ks_ref, st)
     p = jnp.exp(s - lse[:, :1])
     if mask is not None:
@@ -191,12 +189,11 @@ def _probs_and_dscores(q, k, v, do, lse, delta, iq, ik, bq, bk, qs_ref, ks_ref, 
     ds = p * (dp - delta[:, :1])
     if t is not None:
         ds = ds * (1.0 - t * t)
-    return p, ds
+    return q, k, do, p, ds
 
 
 def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
     ins, (qs_ref, ks_ref), (dq_ref, dq_scr) = _split(refs, st, 6)
-    q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref = ins
     iq, ik = pl.program_id(2), pl.program_id(3)
 
     @pl.when(ik == 0)
@@ -207,22 +204,7 @@ def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
 
     @pl.when(jnp.logical_and(ik >= lo, ik < hi))
     def _step():
-        k = k_ref[...]
-        _, ds = _probs_and_dscores(
-            q_ref[...],
-            k,
-            v_ref[...],
-            do_ref[...],
-            lse_ref[...],
-            dl_ref[...],
-            iq,
-            ik,
-            bq,
-            bk,
-            qs_ref,
-            ks_ref,
-            st,
-        )
+        _, k, _, _, ds = _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st)
         dq_scr[...] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
     @pl.when(ik == nk - 1)
@@ -232,7 +214,6 @@ def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
 
 def _dkv_kernel(*refs, st: _Static, bq: int, bk: int, nq: int):
     ins, (qs_ref, ks_ref), (dk_ref, dv_ref, dk_scr, dv_scr) = _split(refs, st, 6)
-    q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref = ins
     ik, iq = pl.program_id(2), pl.program_id(3)
 
     @pl.when(iq == 0)
@@ -244,22 +225,7 @@ def _dkv_kernel(*refs, st: _Static, bq: int, bk: int, nq: int):
 
     @pl.when(jnp.logical_and(iq >= lo, iq < hi))
     def _step():
-        q, do = q_ref[...], do_ref[...]
-        p, ds = _probs_and_dscores(
-            q,
-            k_ref[...],
-            v_ref[...],
-            do,
-            lse_ref[...],
-            dl_ref[...],
-            iq,
-            ik,
-            bq,
-            bk,
-            qs_ref,
-            ks_ref,
-            st,
-        )
+        q, _, do, p, ds = _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st)
         dv_scr[...] += jax.lax.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
         dk_scr[...] += jax.lax.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32)
 
@@ -343,32 +309,11 @@ def check(q, k, v, segment_ids=None, **options) -> str | None:
     return None
 
 
-def run(
-    q,
-    k,
-    v,
-    segment_ids=None,
-    *,
-    config: Config,
-    interpret: bool = False,
-    causal: bool = True,
-    sliding_window: int | None = None,
-    logits_soft_cap: float | None = None,
-    scale: float | None = None,
-):
-    t = q.shape[1]
-    clamp = lambda blk: _common.clamp_block(blk, t, LANES)
-    cfg = Config(
-        block_q=clamp(config.block_q),
-        block_k=clamp(config.block_k),
-        block_q_bwd=clamp(config.block_q_bwd),
-        block_k_bwd=clamp(config.block_k_bwd),
-    )
-    multiple = math.lcm(cfg.block_q, cfg.block_k, cfg.block_q_bwd, cfg.block_k_bwd)
-    qp, kp, vp, seg = _common.pad_sequence(q, k, v, segment_ids, multiple)
-    st = _common.Static.create(
-        q, k, seg, cfg, interpret, causal, sliding_window, logits_soft_cap, scale
+def run(q, k, v, segment_ids=None, *, config: Config, interpret: bool = False, **options):
+    """The arguments are `base`'s; the kernels see [B, H, T, D]."""
+    (qp, kp, vp, seg), st = _common.prepare(
+        q, k, v, segment_ids, config, interpret, minimum=LANES, **options
     )
     to_bhtd = lambda x: jnp.swapaxes(x, 1, 2)
     out = _flash(to_bhtd(qp), to_bhtd(kp), to_bhtd(vp), seg, st)
-    return to_bhtd(out)[:, :t]
+    return to_bhtd(out)[:, : q.shape[1]]

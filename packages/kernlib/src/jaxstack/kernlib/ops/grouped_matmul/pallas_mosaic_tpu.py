@@ -18,23 +18,16 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of
 from jaxstack.kernlib.ops.grouped_matmul import _common, base
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 128
-    block_k: int = 128
-    block_n: int = 128
-
-    def __post_init__(self):
-        for name in ("block_m", "block_k", "block_n"):
-            check_multiple(name, getattr(self, name), 128)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(256, 256, 256), cls(512, 256, 512), cls(256, 512, 256)]
+    block_m: int = multiple_of(128, 128)
+    block_k: int = multiple_of(128, 128)
+    block_n: int = multiple_of(128, 128)
+    SWEEP = ((256, 256, 256), (512, 256, 512), (256, 512, 256))
 
 
 _Static = _common.Static

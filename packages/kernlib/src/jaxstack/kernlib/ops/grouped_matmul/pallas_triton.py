@@ -18,31 +18,18 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, clamp_block, power_of_two
 from jaxstack.kernlib.ops.grouped_matmul import _common, base
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 64
-    block_k: int = 32
-    block_n: int = 64
+    block_m: int = power_of_two(64, 16)
+    block_k: int = power_of_two(32, 16)
+    block_n: int = power_of_two(64, 16)
     num_warps: int = 4
     num_stages: int = 3
-
-    def __post_init__(self):
-        for name in ("block_m", "block_k", "block_n"):
-            check_power_of_two(name, getattr(self, name), 16)
-
-    @classmethod
-    def sweep(cls):
-        return [
-            cls(),
-            cls(128, 32, 128, 4, 3),
-            cls(128, 64, 128, 8, 3),
-            cls(64, 64, 128, 4, 4),
-            cls(128, 32, 64, 4, 4),
-        ]
+    SWEEP = ((128, 32, 128, 4, 3), (128, 64, 128, 8, 3), (64, 64, 128, 4, 4), (128, 32, 64, 4, 4))
 
 
 _Static = _common.Static
@@ -157,12 +144,11 @@ def check(lhs, rhs, group_sizes, **options) -> str | None:
 def run(lhs, rhs, group_sizes, *, config: Config, interpret=False, preferred_element_type=None):
     m, k = lhs.shape
     n = rhs.shape[2]
-    clamp = lambda b, size: max(16, min(b, 1 << max(0, (size - 1).bit_length())))
     cfg = dataclasses.replace(
         config,
-        block_m=clamp(config.block_m, m),
-        block_k=clamp(config.block_k, k),
-        block_n=clamp(config.block_n, n),
+        block_m=clamp_block(config.block_m, m, 16),
+        block_k=clamp_block(config.block_k, k, 16),
+        block_n=clamp_block(config.block_n, n, 16),
     )
     out_dtype = jnp.dtype(base.out_dtype(lhs, rhs, preferred_element_type)).name
     st = _Static(cfg, out_dtype, bool(interpret))

@@ -17,24 +17,16 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of, round_up
 from jaxstack.kernlib.ops.quantized_matmul import _common
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 128
-    block_n: int = 256
-    block_k: int = 512
-
-    def __post_init__(self):
-        check_multiple("block_m", self.block_m, 8)
-        for name in ("block_n", "block_k"):
-            check_multiple(name, getattr(self, name), 128)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(128, 512, 512), cls(256, 256, 1024), cls(512, 512, 512)]
+    block_m: int = multiple_of(128, 8)
+    block_n: int = multiple_of(256, 128)
+    block_k: int = multiple_of(512, 128)
+    SWEEP = ((128, 512, 512), (256, 256, 1024), (512, 512, 512))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,7 +119,7 @@ def run(x, values, scales, zero_points=None, *, config: Config, interpret=False,
     scales2 = scales.reshape(-1, n)
     tile = values.shape[0] // scales2.shape[0]
     m = max(1, x.size // x.shape[-1])
-    bm = min(config.block_m, -(-m // 8) * 8)
+    bm = min(config.block_m, round_up(m, 8))
     cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile))
     st = _Static(
         config=cfg,

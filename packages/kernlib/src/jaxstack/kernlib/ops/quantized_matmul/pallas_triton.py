@@ -19,25 +19,18 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, clamp_block, power_of_two
 from jaxstack.kernlib.ops.quantized_matmul import _common, base
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 16
-    block_n: int = 64
-    block_k: int = 64
+    block_m: int = power_of_two(16, 16)
+    block_n: int = power_of_two(64, 16)
+    block_k: int = power_of_two(64, 16)
     num_warps: int = 4
     num_stages: int = 3
-
-    def __post_init__(self):
-        for name in ("block_m", "block_n", "block_k"):
-            check_power_of_two(name, getattr(self, name), 16)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(16, 128, 64), cls(32, 64, 128), cls(64, 128, 64, 8), cls(128, 128, 32)]
+    SWEEP = ((16, 128, 64), (32, 64, 128), (64, 128, 64, 8), (128, 128, 32))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,7 +148,7 @@ def run(x, values, scales, zero_points=None, *, config: Config, interpret=False,
     )
     tile = base.tile_k(p)
     m = max(1, x.size // x.shape[-1])
-    bm = max(16, min(config.block_m, 1 << max(0, (m - 1).bit_length())))
+    bm = clamp_block(config.block_m, m, 16)
     int4 = jnp.dtype(values.dtype) == jnp.dtype(jnp.int4)
     cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile, int4))
     st = _Static(

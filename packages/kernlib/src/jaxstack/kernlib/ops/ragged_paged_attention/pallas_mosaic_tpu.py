@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of
 from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
@@ -28,14 +28,8 @@ NT = (((1,), (1,)), ((), ()))
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_q: int = 8
-
-    def __post_init__(self):
-        check_multiple("block_q", self.block_q, 8)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(16), cls(32), cls(64), cls(128)]
+    block_q: int = multiple_of(8, 8)
+    SWEEP = ((16,), (32,), (64,), (128,))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,7 +19,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, power_of_two
 from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
@@ -28,16 +28,10 @@ LOG2E = math.log2(math.e)
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_q: int = 16
+    block_q: int = power_of_two(16, 16)
     num_warps: int = 4
     num_stages: int = 2
-
-    def __post_init__(self):
-        check_power_of_two("block_q", self.block_q, 16)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(16, 4, 3), cls(16, 8, 2), cls(32, 4, 2), cls(64, 4, 2)]
+    SWEEP = ((16, 4, 3), (16, 8, 2), (32, 4, 2), (64, 4, 2))
 
 
 @dataclasses.dataclass(frozen=True)
