@@ -112,6 +112,18 @@ def _fwd_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
         lse_ref[...] = jnp.where(empty, 0.0, m_scr[...] + jnp.log(l_safe))
 
 
+def _seg_specs(st: _Static, bq: int, bk: int, q_major: bool = True) -> list:
+    """Block specs of the query / key segment ids (none without segments); grid (b, h, query
+    block, key block), or (b, h, key block, query block) when not `q_major`."""
+    if not st.has_seg:
+        return []
+    if q_major:
+        q_map, k_map = (lambda bb, h, i, j: (bb, i, 0)), (lambda bb, h, i, j: (bb, 0, j))
+    else:
+        q_map, k_map = (lambda bb, h, j, i: (bb, i, 0)), (lambda bb, h, j, i: (bb, 0, j))
+    return [pl.BlockSpec((None, bq, LANES), q_map), pl.BlockSpec((None, SUBLANES, bk), k_map)]
+
+
 def _seg_arrays(seg):
     b, t = seg.shape
     q_seg = jnp.broadcast_to(seg[:, :, None], (b, t, LANES))
@@ -144,17 +156,11 @@ def _forward(q, k, v, seg, st: _Static):
         pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0)),
         pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0)),
     ]
-    args = [q, k, v]
-    if st.has_seg:
-        in_specs += [
-            pl.BlockSpec((None, bq, LANES), lambda bb, h, i, j: (bb, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, i, j: (bb, 0, j)),
-        ]
-        args += list(_seg_arrays(seg))
+    segs = list(_seg_arrays(seg)) if st.has_seg else []
     return pl.pallas_call(
         functools.partial(_fwd_kernel, st=st, bq=bq, bk=bk, nk=nk),
         grid=(b, hq, nq, nk),
-        in_specs=in_specs,
+        in_specs=[*in_specs, *_seg_specs(st, bq, bk)],
         out_specs=[
             pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0)),
             pl.BlockSpec((None, None, bq, LANES), lambda bb, h, i, j: (bb, h, i, 0)),
@@ -174,7 +180,7 @@ def _forward(q, k, v, seg, st: _Static):
         interpret=st.interpret,
         cost_estimate=_cost(st, q, 2, [q, k, v, q]),
         name="kernlib_attention_fwd",
-    )(*args)
+    )(q, k, v, *segs)
 
 
 def _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
@@ -251,16 +257,10 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
     qrow = pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0))
     krow = pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0))
     stat = pl.BlockSpec((None, None, bq, LANES), lambda bb, h, i, j: (bb, h, i, 0))
-    seg_specs = []
-    if st.has_seg:
-        seg_specs = [
-            pl.BlockSpec((None, bq, LANES), lambda bb, h, i, j: (bb, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, i, j: (bb, 0, j)),
-        ]
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, st=st, bq=bq, bk=bk, nk=nk),
         grid=(b, hq, nq, nk),
-        in_specs=[qrow, krow, krow, qrow, stat, stat, *seg_specs],
+        in_specs=[qrow, krow, krow, qrow, stat, stat, *_seg_specs(st, bq, bk)],
         out_specs=qrow,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
@@ -274,18 +274,12 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
     qrow_t = pl.BlockSpec((None, None, bq, d), lambda bb, h, j, i: (bb, h, i, 0))
     krow_t = pl.BlockSpec((None, None, bk, d), lambda bb, h, j, i: (bb, h // g, j, 0))
     stat_t = pl.BlockSpec((None, None, bq, LANES), lambda bb, h, j, i: (bb, h, i, 0))
-    seg_specs_t = []
-    if st.has_seg:
-        seg_specs_t = [
-            pl.BlockSpec((None, bq, LANES), lambda bb, h, j, i: (bb, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, j, i: (bb, 0, j)),
-        ]
     out_row = pl.BlockSpec((None, None, bk, d), lambda bb, h, j, i: (bb, h, j, 0))
     per_head = jax.ShapeDtypeStruct((b, hq, t, d), jnp.float32)
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, st=st, bq=bq, bk=bk, nq=nq),
         grid=(b, hq, nk, nq),
-        in_specs=[qrow_t, krow_t, krow_t, qrow_t, stat_t, stat_t, *seg_specs_t],
+        in_specs=[qrow_t, krow_t, krow_t, qrow_t, stat_t, stat_t, *_seg_specs(st, bq, bk, False)],
         out_specs=[out_row, out_row],
         out_shape=[per_head, per_head],
         scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],

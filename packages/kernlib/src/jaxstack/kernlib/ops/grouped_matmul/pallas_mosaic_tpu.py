@@ -53,14 +53,11 @@ def _gmm_kernel(vg, vt, lo, hi, lhs_ref, rhs_ref, out_ref, acc_ref, *, bm, nk, n
     del nv
 
 
-def _gmm(lhs, rhs, group_sizes, st: _Static):
+def _gmm(lhs_p, rhs_p, group_sizes, st: _Static):
     bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
-    m, n = lhs.shape[0], rhs.shape[2]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    rhs_p = base.pad_to(rhs, (1, bk, bn))
     mp, kp = lhs_p.shape
     np_ = rhs_p.shape[2]
-    meta = base.visits(group_sizes, m, bm)
+    meta = base.visits(group_sizes, mp, bm)
     nv, nk = meta[0].shape[0], kp // bk
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=4,
@@ -82,7 +79,7 @@ def _gmm(lhs, rhs, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_gmm",
     )(*meta, lhs_p, rhs_p)
-    return base.zero_tail(out[:m, :n], group_sizes)
+    return out
 
 
 def _tgmm_kernel(vg, vt, lo, hi, lhs_ref, dout_ref, out_ref, acc_ref, *, bm, nv):
@@ -105,15 +102,11 @@ def _tgmm_kernel(vg, vt, lo, hi, lhs_ref, dout_ref, out_ref, acc_ref, *, bm, nv)
         out_ref[...] = acc_ref[...]
 
 
-def _tgmm(lhs, dout, group_sizes, st: _Static):
+def _tgmm(lhs_p, dout_p, group_sizes, st: _Static):
     bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
-    m, k = lhs.shape
-    n = dout.shape[1]
     g = group_sizes.shape[0]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    dout_p = base.pad_to(dout.astype(lhs.dtype), (bm, bn))
-    kp, np_ = lhs_p.shape[1], dout_p.shape[1]
-    meta = base.visits(group_sizes, m, bm)
+    (mp, kp), np_ = lhs_p.shape, dout_p.shape[1]
+    meta = base.visits(group_sizes, mp, bm)
     nv = meta[0].shape[0]
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=4,
@@ -135,8 +128,8 @@ def _tgmm(lhs, dout, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_tgmm",
     )(*meta, lhs_p, dout_p)
-    nonempty = (group_sizes > 0)[:, None, None]
-    return jnp.where(nonempty, out[:, :k, :n], 0.0)
+    # a group without rows has no visit: its block was never written
+    return jnp.where((group_sizes > 0)[:, None, None], out, 0.0)
 
 
 _differentiable = _common.make_differentiable(_gmm, _tgmm)

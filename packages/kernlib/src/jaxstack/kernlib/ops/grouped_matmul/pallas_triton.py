@@ -56,17 +56,12 @@ def _gmm_kernel(vg_ref, vt_ref, lo_ref, hi_ref, lhs_ref, rhs_ref, out_ref, *, bm
     plgpu.store(out_ref.at[pl.ds(row0, bm), :], acc.astype(out_ref.dtype), mask=mask)
 
 
-def _gmm(lhs, rhs, group_sizes, st: _Static):
-    cfg = st.config
-    bm, bk, bn = cfg.block_m, cfg.block_k, cfg.block_n
-    m, n = lhs.shape[0], rhs.shape[2]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    rhs_p = base.pad_to(rhs, (1, bk, bn))
-    mp, kp = lhs_p.shape
-    np_ = rhs_p.shape[2]
-    meta = base.visits(group_sizes, m, bm)
+def _gmm(lhs_p, rhs_p, group_sizes, st: _Static):
+    bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
+    (mp, kp), np_ = lhs_p.shape, rhs_p.shape[2]
+    meta = base.visits(group_sizes, mp, bm)
     whole = lambda shape: pl.BlockSpec(shape, lambda v, j: (0,) * len(shape))
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_gmm_kernel, bm=bm, bk=bk, nk=kp // bk),
         grid=(meta[0].shape[0], np_ // bn),
         in_specs=[
@@ -80,7 +75,6 @@ def _gmm(lhs, rhs, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_gmm",
     )(*meta, lhs_p, rhs_p)
-    return base.zero_tail(out[:m, :n], group_sizes)
 
 
 def _tgmm_kernel(start_ref, end_ref, lhs_ref, dout_ref, out_ref, *, bm):
@@ -100,19 +94,13 @@ def _tgmm_kernel(start_ref, end_ref, lhs_ref, dout_ref, out_ref, *, bm):
     out_ref[...] = acc
 
 
-def _tgmm(lhs, dout, group_sizes, st: _Static):
-    cfg = st.config
-    bm, bk, bn = cfg.block_m, cfg.block_k, cfg.block_n
-    m, k = lhs.shape
-    n = dout.shape[1]
+def _tgmm(lhs_p, dout_p, group_sizes, st: _Static):
+    bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
     g = group_sizes.shape[0]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    dout_p = base.pad_to(dout.astype(lhs.dtype), (bm, bn))
-    mp, kp = lhs_p.shape
-    np_ = dout_p.shape[1]
-    starts, ends = base.group_bounds(group_sizes, m)
+    (mp, kp), np_ = lhs_p.shape, dout_p.shape[1]
+    starts, ends = base.group_bounds(group_sizes, mp)
     vec = pl.BlockSpec((g,), lambda i, a, b: (0,))
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_tgmm_kernel, bm=bm),
         grid=(g, kp // bk, np_ // bn),
         in_specs=[
@@ -127,7 +115,6 @@ def _tgmm(lhs, dout, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_tgmm",
     )(starts, ends, lhs_p, dout_p)
-    return out[:, :k, :n]
 
 
 _differentiable = _common.make_differentiable(_gmm, _tgmm)

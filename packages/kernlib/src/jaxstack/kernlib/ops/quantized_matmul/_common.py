@@ -1,4 +1,5 @@
-"""Shared by the Pallas quantized-matmul backends: row flattening and the x-only custom VJP."""
+"""Shared by the Pallas quantized-matmul backends: row flattening, operand padding and the
+x-only custom VJP."""
 
 from __future__ import annotations
 
@@ -11,9 +12,17 @@ import jax.numpy as jnp
 from jaxstack.kernlib.ops.quantized_matmul import base
 
 
-def make_differentiable(forward):
-    """forward(x2, values, scales, zp, st) -> [M, N]; the VJP reaches x only (weights are
+def make_differentiable(kernel):
+    """f(x2, values, scales, zp, st) -> [M, N] from a backend's kernel(x2 [Mp, Kp], codes int8
+    [Kp, Np], scales, zp, st) -> [Mp, Np], which sees x2 and the codes zero-padded to whole
+    (block_m, block_k) and (block_k, block_n) tiles. The VJP reaches x only (weights are
     constants), computed by XLA against the dequantised weight."""
+
+    def forward(x2, values, scales, zp, st):
+        c = st.config
+        x2_p = pad2d(x2, (c.block_m, c.block_k))
+        codes = pad2d(values.astype(jnp.int8), (c.block_k, c.block_n))
+        return kernel(x2_p, codes, scales, zp, st)[: x2.shape[0], : values.shape[1]]
 
     @functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
     def f(x2, values, scales, zp, st):

@@ -60,13 +60,8 @@ def _kernel(*refs, st: _Static, nk: int):
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-def _forward(x2, values, scales, zp, st: _Static):
-    cfg = st.config
-    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    m = x2.shape[0]
-    n = values.shape[1]
-    x2 = _common.pad2d(x2, (bm, bk))
-    v = _common.pad2d(values.astype(jnp.int8), (bk, bn))
+def _forward(x2, v, scales, zp, st: _Static):
+    bm, bn, bk = st.config.block_m, st.config.block_n, st.config.block_k
     mp, kp = x2.shape
     np_ = v.shape[1]
     per_tile = st.tile_k // bk
@@ -79,7 +74,7 @@ def _forward(x2, values, scales, zp, st: _Static):
         stat,
     ] + ([stat] if zp is not None else [])
     nk = kp // bk
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_kernel, st=st, nk=nk),
         grid=(mp // bm, np_ // bn, nk),
         in_specs=specs,
@@ -92,7 +87,6 @@ def _forward(x2, values, scales, zp, st: _Static):
         interpret=st.interpret,
         name="kernlib_quantized_matmul",
     )(*args)
-    return out[:m, :n]
 
 
 _differentiable = _common.make_differentiable(_forward)

@@ -82,17 +82,13 @@ def _kernel(*refs, st: _Static, nk: int):
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _forward(x2, values, scales, zp, st: _Static):
+def _forward(x2, v, scales, zp, st: _Static):
     cfg = st.config
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    m = x2.shape[0]
-    n = values.shape[1]
-    x2 = _common.pad2d(x2, (bm, bk))
     mp, kp = x2.shape
     n_tiles = kp // st.tile_k
     scales = _common.pad2d(scales, (1, bn), rows=n_tiles)
     zp = None if zp is None else _common.pad2d(zp, (1, bn), rows=n_tiles)
-    v = _common.pad2d(values.astype(jnp.int8), (bk, bn))
     np_ = v.shape[1]
     if st.int4:
         v = jnp.bitwise_or(
@@ -106,7 +102,7 @@ def _forward(x2, values, scales, zp, st: _Static):
     col = lambda rows: pl.BlockSpec((rows, bn), lambda i, j: (0, j))
     args = [*x_args, v, scales] + ([zp] if zp is not None else [])
     specs = [*x_specs, col(v.shape[0]), col(n_tiles)] + ([col(n_tiles)] if zp is not None else [])
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_kernel, st=st, nk=kp // bk),
         grid=(mp // bm, np_ // bn),
         in_specs=specs,
@@ -116,7 +112,6 @@ def _forward(x2, values, scales, zp, st: _Static):
         interpret=st.interpret,
         name="kernlib_quantized_matmul",
     )(*args)
-    return out[:m, :n]
 
 
 _differentiable = _common.make_differentiable(_forward)

@@ -101,7 +101,8 @@ def check(q, k_pages, *args, **options) -> str | None:
 
 
 def run(q, k_pages, v_pages, *batch, config: Config, **options):
-    """The arguments are `base`'s (`batch`: kv_lens, block_tables, query_start_loc, num_seqs)."""
+    """The arguments are `base`'s (`batch`: kv_lens, block_tables, query_start_loc, num_seqs);
+    the cache is viewed as [num_pages, page_size, Hkv * D], so a grid step DMAs a whole page."""
     st, tl, q_tiles, block_tables = base.prepare(
         q, k_pages, *batch, block_q=config.block_q, **options
     )

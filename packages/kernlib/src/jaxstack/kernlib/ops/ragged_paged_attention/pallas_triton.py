@@ -84,7 +84,8 @@ def check(q, k_pages, *args, **options) -> str | None:
 
 
 def run(q, k_pages, v_pages, *batch, config: Config, **options):
-    """The arguments are `base`'s (`batch`: kv_lens, block_tables, query_start_loc, num_seqs)."""
+    """The arguments are `base`'s (`batch`: kv_lens, block_tables, query_start_loc, num_seqs);
+    one program per (query tile, query head) reads the cache in place."""
     st, tl, q_tiles, block_tables = base.prepare(
         q, k_pages, *batch, block_q=config.block_q, **options
     )
