@@ -136,8 +136,8 @@ _differentiable = _common.make_differentiable(_gmm, _tgmm)
 
 
 def check(lhs, rhs, group_sizes, **options) -> str | None:
-    if lhs.dtype != rhs.dtype:
-        return f"mixed dtypes {lhs.dtype} x {rhs.dtype} (use quantized_matmul for int weights)"
+    if reason := base.mixed_dtypes(lhs, rhs):
+        return reason
     if lhs.dtype not in (jnp.float32, jnp.bfloat16):
         return f"dtype {lhs.dtype} is not float32/bfloat16"
     return None

@@ -121,8 +121,8 @@ _differentiable = _common.make_differentiable(_gmm, _tgmm)
 
 
 def check(lhs, rhs, group_sizes, **options) -> str | None:
-    if lhs.dtype != rhs.dtype:
-        return f"mixed dtypes {lhs.dtype} x {rhs.dtype} (use quantized_matmul for int weights)"
+    if reason := base.mixed_dtypes(lhs, rhs):
+        return reason
     if not jnp.issubdtype(lhs.dtype, jnp.floating):
         return f"dtype {lhs.dtype} is not floating point"
     return None
