@@ -29,13 +29,7 @@ class Config(KernelConfig):
     SWEEP = ((128, 512, 512), (256, 256, 1024), (512, 512, 512))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    config: Config
-    tile_k: int
-    has_zp: bool
-    out_dtype: str
-    interpret: bool
+_Static = _common.Static
 
 
 def _kernel(*refs, st: _Static, nk: int):
@@ -89,9 +83,6 @@ def _forward(x2, v, scales, zp, st: _Static):
     )(*args)
 
 
-_differentiable = _common.make_differentiable(_forward)
-
-
 def _block_k(config: Config, tile: int) -> int | None:
     bk = min(config.block_k, tile)
     while bk >= 128 and (tile % bk or bk % 128):
@@ -100,7 +91,7 @@ def _block_k(config: Config, tile: int) -> int | None:
 
 
 def check(x, values, scales, zero_points=None, **options) -> str | None:
-    tile = values.shape[0] // scales.reshape(-1, values.shape[1]).shape[0]
+    tile = _common.scale_tile(values, scales)
     if _block_k(Config(), tile) is None:
         return f"scale tile {tile} along K is not a multiple of 128"
     if x.dtype not in (jnp.bfloat16, jnp.float32):
@@ -108,20 +99,12 @@ def check(x, values, scales, zero_points=None, **options) -> str | None:
     return None
 
 
-def run(x, values, scales, zero_points=None, *, config: Config, interpret=False, out_dtype=None):
-    n = values.shape[1]
-    scales2 = scales.reshape(-1, n)
-    tile = values.shape[0] // scales2.shape[0]
-    m = max(1, x.size // x.shape[-1])
-    bm = min(config.block_m, round_up(m, 8))
-    cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile))
-    st = _Static(
-        config=cfg,
-        tile_k=tile,
-        has_zp=zero_points is not None,
-        out_dtype=jnp.dtype(out_dtype or x.dtype).name,
-        interpret=bool(interpret),
+def _fit(config: Config, rows: int, tile: int, int4: bool) -> Config:
+    """Row blocks no taller than the rows need (whole sublanes), K blocks within a scale tile."""
+    del int4  # widened to int8 before the call
+    return dataclasses.replace(
+        config, block_m=min(config.block_m, round_up(rows, 8)), block_k=_block_k(config, tile)
     )
-    zp = None if zero_points is None else zero_points.reshape(scales2.shape)
-    out = _differentiable(_common.flatten_rows(x), values, scales2, zp, st)
-    return out.reshape(*x.shape[:-1], n)
+
+
+run = _common.make_run(_forward, _fit)

@@ -20,7 +20,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from jaxstack.kernlib._src.config import KernelConfig, clamp_block, power_of_two
-from jaxstack.kernlib.ops.quantized_matmul import _common, base
+from jaxstack.kernlib.ops.quantized_matmul import _common
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,14 +33,7 @@ class Config(KernelConfig):
     SWEEP = ((16, 128, 64), (32, 64, 128), (64, 128, 64, 8), (128, 128, 32))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    config: Config
-    tile_k: int
-    int4: bool
-    has_zp: bool
-    out_dtype: str
-    interpret: bool
+_Static = _common.Static
 
 
 def _kernel(*refs, st: _Static, nk: int):
@@ -114,9 +107,6 @@ def _forward(x2, v, scales, zp, st: _Static):
     )(*args)
 
 
-_differentiable = _common.make_differentiable(_forward)
-
-
 def _block_k(config: Config, tile: int, int4: bool) -> int | None:
     """Largest power-of-two K block <= config's dividing the scale tile (int4 halves it, and
     Triton dots need >= 16 along K)."""
@@ -128,32 +118,20 @@ def _block_k(config: Config, tile: int, int4: bool) -> int | None:
 
 
 def check(x, values, scales, zero_points=None, **options) -> str | None:
-    k = values.shape[0]
-    tile = k // scales.reshape(-1, values.shape[1]).shape[0]
-    if _block_k(Config(), tile, jnp.dtype(values.dtype) == jnp.dtype(jnp.int4)) is None:
+    tile = _common.scale_tile(values, scales)
+    if _block_k(Config(), tile, _common.is_int4(values)) is None:
         return f"scale tile {tile} along K has no power-of-two block >= 16 dividing it"
     if x.dtype not in (jnp.bfloat16, jnp.float16, jnp.float32):
         return f"activation dtype {x.dtype} is not bfloat16/float16/float32"
     return None
 
 
-def run(x, values, scales, zero_points=None, *, config: Config, interpret=False, out_dtype=None):
-    p = base.Parts(
-        values, scales.reshape(-1, values.shape[1]), zero_points, x.dtype, tuple(values.shape)
+def _fit(config: Config, rows: int, tile: int, int4: bool) -> Config:
+    """Row blocks no taller than the rows need (a power of two >= 16), K blocks within a scale
+    tile."""
+    return dataclasses.replace(
+        config, block_m=clamp_block(config.block_m, rows, 16), block_k=_block_k(config, tile, int4)
     )
-    tile = base.tile_k(p)
-    m = max(1, x.size // x.shape[-1])
-    bm = clamp_block(config.block_m, m, 16)
-    int4 = jnp.dtype(values.dtype) == jnp.dtype(jnp.int4)
-    cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile, int4))
-    st = _Static(
-        config=cfg,
-        tile_k=tile,
-        int4=int4,
-        has_zp=zero_points is not None,
-        out_dtype=jnp.dtype(out_dtype or x.dtype).name,
-        interpret=bool(interpret),
-    )
-    zp = None if zero_points is None else zero_points.reshape(p.scales.shape)
-    out = _differentiable(_common.flatten_rows(x), values, p.scales, zp, st)
-    return out.reshape(*x.shape[:-1], values.shape[1])
+
+
+run = _common.make_run(_forward, _fit)
