@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 from jax._src import mesh as mesh_lib
 
 TARGETS = {
@@ -47,3 +48,29 @@ def with_backward(fn):
         return out, vjp(out)
 
     return both
+
+
+def _abstract(dtype, *shapes):
+    return tuple(jax.ShapeDtypeStruct(shape, dtype) for shape in shapes)
+
+
+# Abstract arguments the lowering tests use, per op: bf16 at the sizes the kernels are built for.
+ARGS = {
+    # q [1, 512, 8, 128], k / v with 2 kv heads (GQA), segment ids
+    "attention": (
+        *_abstract(jnp.bfloat16, (1, 512, 8, 128), (1, 512, 2, 128), (1, 512, 2, 128)),
+        *_abstract(jnp.int32, (1, 512)),
+    ),
+    # lhs [4096, 1024], rhs of 8 groups [8, 1024, 512], group sizes
+    "grouped_matmul": (
+        *_abstract(jnp.bfloat16, (4096, 1024), (8, 1024, 512)),
+        *_abstract(jnp.int32, (8,)),
+    ),
+    # serving-sized: 64 rows, 32 q / 8 kv heads of 128, 4097 pages, 64 sequences of 128 pages
+    "ragged_paged_attention": (
+        *_abstract(jnp.bfloat16, (64, 32, 128), (4097, 16, 8, 128), (4097, 16, 8, 128)),
+        *_abstract(jnp.int32, (64,), (64, 128), (65,)),
+    ),
+    # x [4096, 4096] and weight [4096]
+    "rms_norm": _abstract(jnp.bfloat16, (4096, 4096), (4096,)),
+}

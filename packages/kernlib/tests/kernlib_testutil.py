@@ -1,4 +1,5 @@
-"""The tolerance table every implementation is held to against the XLA reference.
+"""The tolerance table every implementation is held to against the XLA reference, and the
+forward-and-backward run that produces both sides.
 
 Tolerances are per dtype, separately for outputs and gradients (gradients go through one more
 reduction, and bf16 inputs round their products). Used by the package's tests.
@@ -6,6 +7,8 @@ reduction, and bf16 inputs round their products). Used by the package's tests.
 
 from __future__ import annotations
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 
 TOLERANCES: dict[str, dict[str, tuple[float, float]]] = {
@@ -25,3 +28,19 @@ def assert_close(actual, expected, kind: str = "fwd", dtype=None, what: str = ""
     assert a.shape == e.shape, f"{what}: shape {a.shape} != {e.shape}"
     assert np.all(np.isfinite(a)), f"{what}: non-finite values"
     np.testing.assert_allclose(a, e, atol=atol, rtol=rtol, err_msg=f"{what} ({name}, {kind})")
+
+
+def vjp_against_xla(op, args, cot, impl, config=None, f32_reference=True):
+    """((out, grads), (ref, ref_grads)): `op(*args, implementation=impl, interpret=True,
+    config=config)` and `op(..., implementation="xla")` (on args cast to float32 when
+    `f32_reference`), each pulled back with the one cotangent `cot` in its output's dtype (draw
+    it in float32 and round it to the tested dtype, so both sides see the same numbers)."""
+
+    def run(args, **kw):
+        out, vjp = jax.vjp(lambda *a: op(*a, **kw), *args)
+        return out, vjp(cot.astype(out.dtype))
+
+    ref_args = [a.astype(jnp.float32) for a in args] if f32_reference else args
+    return run(args, implementation=impl, interpret=True, config=config), run(
+        ref_args, implementation="xla"
+    )

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from kernlib_testutil import assert_close
+from kernlib_testutil import assert_close, vjp_against_xla
 
 from jaxstack import kernlib
 
@@ -32,21 +32,14 @@ def cotangent(shape, dtype):
     return jax.random.normal(jax.random.key(7), shape, jnp.float32).astype(dtype)
 
 
-def run_and_grad(q, k, v, seg, cot_dtype=None, **kw):
-    f = lambda q, k, v: kernlib.attention(q, k, v, segment_ids=seg, **kw)
-    out, vjp = jax.vjp(f, q, k, v)
-    return out, vjp(cotangent(out.shape, cot_dtype or q.dtype).astype(out.dtype))
-
-
 def compare(impl, case, config=None, **options):
     q, k, v, seg = case
-    out, grads = run_and_grad(
-        q, k, v, seg, implementation=impl, interpret=True, config=config, **options
-    )
+    op = lambda q, k, v, **kw: kernlib.attention(q, k, v, segment_ids=seg, **options, **kw)
     # the reference runs in f32 on the same (possibly rounded) inputs
-    f32 = [x.astype(jnp.float32) for x in (q, k, v)]
+    (out, grads), (ref_out, ref_grads) = vjp_against_xla(
+        op, (q, k, v), cotangent(q.shape, q.dtype), impl, config
+    )
     dtype = q.dtype
-    ref_out, ref_grads = run_and_grad(*f32, seg, dtype, implementation="xla", **options)
     assert out.dtype == dtype
     assert_close(out, ref_out, "fwd", dtype, f"{impl} out")
     for name, g, r in zip("qkv", grads, ref_grads, strict=True):
@@ -109,12 +102,3 @@ def check_sweep(impl, dtype, config=None):
 @pytest.fixture
 def attention_check_sweep():
     return check_sweep
-
-
-@pytest.fixture
-def attention_lowering_args():
-    """Abstract bf16 q [1,512,8,128], k / v with 2 kv heads (GQA), and segment ids."""
-    q = jax.ShapeDtypeStruct((1, 512, 8, 128), jnp.bfloat16)
-    kv = jax.ShapeDtypeStruct((1, 512, 2, 128), jnp.bfloat16)
-    seg = jax.ShapeDtypeStruct((1, 512), jnp.int32)
-    return q, kv, kv, seg

@@ -2,7 +2,7 @@
 
 import jax.numpy as jnp
 import pytest
-from kernlib_lowering import count_kernels, with_backward
+from kernlib_lowering import ARGS, count_kernels, with_backward
 
 from jaxstack import kernlib
 from jaxstack.kernlib.ops.attention import pallas_mosaic_tpu
@@ -30,14 +30,14 @@ def test_shape_and_feature_sweep(attention_check_sweep, dtype):
     attention_check_sweep(IMPL, dtype)
 
 
-def test_lowers_to_mosaic_with_bf16_and_gqa(attention_lowering_args):
+def test_lowers_to_mosaic_with_bf16_and_gqa():
     cfg = pallas_mosaic_tpu.Config(block_q=256, block_k=256)
 
     def fwd_bwd(q, k, v, seg):
         f = lambda q, k, v: pallas_mosaic_tpu.run(q, k, v, seg, config=cfg, sliding_window=200)
         return with_backward(f)(q, k, v)
 
-    assert count_kernels("tpu", fwd_bwd, *attention_lowering_args) == 3
+    assert count_kernels("tpu", fwd_bwd, *ARGS["attention"]) == 3
 
 
 def test_config_validation():

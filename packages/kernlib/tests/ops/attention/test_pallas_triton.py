@@ -2,7 +2,7 @@
 
 import jax.numpy as jnp
 import pytest
-from kernlib_lowering import count_kernels, with_backward
+from kernlib_lowering import ARGS, count_kernels, with_backward
 
 from jaxstack import kernlib
 from jaxstack.kernlib.ops.attention import pallas_triton
@@ -25,7 +25,7 @@ def test_shape_and_feature_sweep(attention_check_sweep, dtype):
     attention_check_sweep(IMPL, dtype, config=SMALL)
 
 
-def test_lowers_to_triton_for_an_h100_with_bf16_and_gqa(attention_lowering_args):
+def test_lowers_to_triton_for_an_h100_with_bf16_and_gqa():
     def fwd_bwd(q, k, v, seg):
         f = lambda q, k, v: pallas_triton.run(
             q, k, v, seg, config=pallas_triton.Config(), sliding_window=256, logits_soft_cap=30.0
@@ -33,7 +33,7 @@ def test_lowers_to_triton_for_an_h100_with_bf16_and_gqa(attention_lowering_args)
         return with_backward(f)(q, k, v)
 
     # forward, dq, dk+dv
-    assert count_kernels("gpu", fwd_bwd, *attention_lowering_args) == 3
+    assert count_kernels("gpu", fwd_bwd, *ARGS["attention"]) == 3
 
 
 def test_config_validation():

@@ -1,6 +1,6 @@
 import jax.numpy as jnp
 import pytest
-from kernlib_lowering import count_kernels, with_backward
+from kernlib_lowering import ARGS, count_kernels, with_backward
 
 from jaxstack import kernlib
 from jaxstack.kernlib.ops.grouped_matmul import pallas_mosaic_tpu
@@ -20,12 +20,12 @@ def test_sweep(gmm_compare, dtype):
     gmm_compare("pallas_mosaic_tpu", 260, 200, 140, [129, 1, 0, 127], dtype)
 
 
-def test_lowers_to_mosaic(gmm_lowering_args):
+def test_lowers_to_mosaic():
     def f(lhs, rhs, gs):
         g = lambda a, b: pallas_mosaic_tpu.run(a, b, gs, config=pallas_mosaic_tpu.Config())
         return with_backward(g)(lhs, rhs)
 
-    assert count_kernels("tpu", f, *gmm_lowering_args) == 3
+    assert count_kernels("tpu", f, *ARGS["grouped_matmul"]) == 3
 
 
 def test_mixed_dtypes_are_unsupported_and_say_why():

@@ -1,6 +1,6 @@
 import jax.numpy as jnp
 import pytest
-from kernlib_lowering import count_kernels, with_backward
+from kernlib_lowering import ARGS, count_kernels, with_backward
 
 from jaxstack.kernlib.ops.grouped_matmul import pallas_triton
 
@@ -20,9 +20,9 @@ def test_sweep(gmm_compare, dtype):
             gmm_compare("pallas_triton", 50, 40, 36, sizes[: len(sizes)], dtype, config=cfg)
 
 
-def test_lowers_to_triton(gmm_lowering_args):
+def test_lowers_to_triton():
     def f(lhs, rhs, gs):
         g = lambda a, b: pallas_triton.run(a, b, gs, config=pallas_triton.Config())
         return with_backward(g)(lhs, rhs)
 
-    assert count_kernels("gpu", f, *gmm_lowering_args) == 3
+    assert count_kernels("gpu", f, *ARGS["grouped_matmul"]) == 3

@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from kernlib_testutil import assert_close
+from kernlib_testutil import assert_close, vjp_against_xla
 
 from jaxstack import kernlib
 
@@ -33,13 +33,9 @@ def compare(impl, lead, k, n, bits, tile, symmetric, dtype="float32", config=Non
     # one cotangent for both sides: drawn in f32, rounded to the tested dtype
     cot = jax.random.normal(jax.random.key(4), (*lead, n), jnp.float32).astype(dtype)
 
-    def run(x, **kw):
-        f = lambda x: kernlib.quantized_matmul(x, qt, **kw)
-        out, vjp = jax.vjp(f, x)
-        return out, vjp(cot.astype(out.dtype))[0]
-
-    out, dx = run(x, implementation=impl, interpret=True, config=config)
-    ref, rdx = run(x, implementation="xla")
+    op = lambda x, **kw: kernlib.quantized_matmul(x, qt, **kw)
+    # the weight is the same integers either way: the reference runs at x's dtype
+    (out, (dx,)), (ref, (rdx,)) = vjp_against_xla(op, (x,), cot, impl, config, False)
     assert out.shape == (*lead, n) and out.dtype == x.dtype
     assert_close(out, ref, "fwd", dtype, f"{impl} out")
     assert_close(dx, rdx, "grad", dtype, f"{impl} dx")

@@ -9,20 +9,10 @@ from kernlib_testutil import assert_close
 from jaxstack import kernlib
 
 
-def make_batch(
-    q_lens,
-    kv_lens,
-    *,
-    page_size=16,
-    heads=4,
-    kv_heads=2,
-    head_dim=16,
-    pad_tokens=3,
-    live=None,
-    dtype="float32",
-    seed=0,
-):
-    """Mixed prefill chunks and decodes; pages shuffled, unused block-table slots are -1."""
+def make_batch(q_lens, kv_lens, *, page_size=16, heads=4, kv_heads=2, live=None, dtype="float32"):
+    """Mixed prefill chunks and decodes, head_dim 16, then 3 padding rows; pages shuffled, unused
+    block-table slots are -1."""
+    head_dim, pad_tokens, seed = 16, 3, 0
     rng = np.random.default_rng(seed)
     s = len(q_lens)
     per_seq = max(1, max(-(-n // page_size) for n in kv_lens)) + 1
@@ -100,25 +90,10 @@ def check_sweep(impl, dtype, lens, *, page_size, block_q):
             compare(impl, batch, config=cfg, **opts)
 
 
-def lowering_args():
-    """Abstract serving-sized arguments: 64 rows, 32 q / 8 kv heads of 128, 4097 pages."""
-    return [
-        jax.ShapeDtypeStruct((64, 32, 128), jnp.bfloat16),
-        jax.ShapeDtypeStruct((4097, 16, 8, 128), jnp.bfloat16),
-        jax.ShapeDtypeStruct((4097, 16, 8, 128), jnp.bfloat16),
-        jax.ShapeDtypeStruct((64,), jnp.int32),
-        jax.ShapeDtypeStruct((64, 128), jnp.int32),
-        jax.ShapeDtypeStruct((65,), jnp.int32),
-    ]
-
-
 @pytest.fixture
 def rpa_checks():
-    """The shared checks: `mixed_batch(impl)`, `sweep(impl, dtype, lens, ...)`,
-    `lowering_args()`."""
-    return SimpleNamespace(
-        mixed_batch=check_mixed_batch, sweep=check_sweep, lowering_args=lowering_args
-    )
+    """The shared checks: `mixed_batch(impl)`, `sweep(impl, dtype, lens, ...)`."""
+    return SimpleNamespace(mixed_batch=check_mixed_batch, sweep=check_sweep)
 
 
 def pytest_generate_tests(metafunc):

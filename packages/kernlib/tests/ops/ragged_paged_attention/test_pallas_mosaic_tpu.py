@@ -1,5 +1,5 @@
 import pytest
-from kernlib_lowering import count_kernels
+from kernlib_lowering import ARGS, count_kernels
 
 from jaxstack.kernlib.ops.ragged_paged_attention import pallas_mosaic_tpu
 
@@ -16,6 +16,6 @@ def test_sweep(rpa_checks, dtype, rpa_sweep_lens):
     rpa_checks.sweep(IMPL, dtype, rpa_sweep_lens, page_size=8, block_q=16)
 
 
-def test_lowers_to_mosaic(rpa_checks):
+def test_lowers_to_mosaic():
     f = lambda *a: pallas_mosaic_tpu.run(*a, config=pallas_mosaic_tpu.Config())
-    assert count_kernels("tpu", f, *rpa_checks.lowering_args()) == 1
+    assert count_kernels("tpu", f, *ARGS["ragged_paged_attention"]) == 1

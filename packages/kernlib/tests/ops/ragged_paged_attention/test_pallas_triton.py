@@ -1,6 +1,6 @@
 import jax.numpy as jnp
 import pytest
-from kernlib_lowering import count_kernels
+from kernlib_lowering import ARGS, count_kernels
 
 from jaxstack.kernlib.ops.ragged_paged_attention import pallas_triton
 
@@ -17,9 +17,9 @@ def test_sweep(rpa_checks, dtype, rpa_sweep_lens):
     rpa_checks.sweep(IMPL, dtype, rpa_sweep_lens, page_size=16, block_q=32)
 
 
-def test_lowers_to_triton(rpa_checks):
+def test_lowers_to_triton():
     f = lambda *a: pallas_triton.run(*a, config=pallas_triton.Config())
-    assert count_kernels("gpu", f, *rpa_checks.lowering_args()) == 1
+    assert count_kernels("gpu", f, *ARGS["ragged_paged_attention"]) == 1
 
 
 def test_small_pages_are_unsupported():

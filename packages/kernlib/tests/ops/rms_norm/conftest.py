@@ -1,7 +1,7 @@
 import jax
 import jax.numpy as jnp
 import pytest
-from kernlib_testutil import assert_close
+from kernlib_testutil import assert_close, vjp_against_xla
 
 from jaxstack import kernlib
 
@@ -14,13 +14,8 @@ def compare(impl, shape, dtype="float32", config=None, **options):
     # one cotangent for both sides: drawn in f32, rounded to the tested dtype
     cot = jax.random.normal(kc, shape, jnp.float32).astype(dtype)
 
-    def run(x, w, **kw):
-        f = lambda x, w: kernlib.rms_norm(x, w, **options, **kw)
-        out, vjp = jax.vjp(f, x, w)
-        return out, vjp(cot.astype(out.dtype))
-
-    out, (dx, dw) = run(x, w, implementation=impl, interpret=True, config=config)
-    ref, (rdx, rdw) = run(x.astype(jnp.float32), w.astype(jnp.float32), implementation="xla")
+    op = lambda x, w, **kw: kernlib.rms_norm(x, w, **options, **kw)
+    (out, (dx, dw)), (ref, (rdx, rdw)) = vjp_against_xla(op, (x, w), cot, impl, config)
     assert out.dtype == x.dtype
     assert_close(out, ref, "fwd", dtype, f"{impl} y")
     assert_close(dx, rdx, "grad", dtype, f"{impl} dx")
@@ -31,12 +26,3 @@ def compare(impl, shape, dtype="float32", config=None, **options):
 @pytest.fixture
 def rms_compare():
     return compare
-
-
-@pytest.fixture
-def rms_lowering_args():
-    """Abstract bf16 x [4096, 4096] and weight [4096]."""
-    return (
-        jax.ShapeDtypeStruct((4096, 4096), jnp.bfloat16),
-        jax.ShapeDtypeStruct((4096,), jnp.bfloat16),
-    )

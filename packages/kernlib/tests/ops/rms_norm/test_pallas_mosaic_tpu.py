@@ -1,5 +1,5 @@
 import pytest
-from kernlib_lowering import count_kernels, with_backward
+from kernlib_lowering import ARGS, count_kernels, with_backward
 
 from jaxstack import kernlib
 from jaxstack.kernlib.ops.rms_norm import pallas_mosaic_tpu
@@ -16,9 +16,9 @@ def test_sweep(rms_compare, dtype, shape):
     rms_compare("pallas_mosaic_tpu", shape, dtype)
 
 
-def test_lowers_to_mosaic(rms_lowering_args):
+def test_lowers_to_mosaic():
     f = lambda x, w: pallas_mosaic_tpu.run(x, w, config=pallas_mosaic_tpu.Config())
-    assert count_kernels("tpu", with_backward(f), *rms_lowering_args) == 2
+    assert count_kernels("tpu", with_backward(f), *ARGS["rms_norm"]) == 2
 
 
 def test_config_validation():

@@ -1,5 +1,5 @@
 import pytest
-from kernlib_lowering import count_kernels, with_backward
+from kernlib_lowering import ARGS, count_kernels, with_backward
 
 from jaxstack.kernlib.ops.rms_norm import pallas_triton
 
@@ -16,6 +16,6 @@ def test_sweep(rms_compare, dtype, shape, block_rows):
     rms_compare("pallas_triton", shape, dtype, config={"block_rows": block_rows})
 
 
-def test_lowers_to_triton(rms_lowering_args):
+def test_lowers_to_triton():
     f = lambda x, w: pallas_triton.run(x, w, config=pallas_triton.Config())
-    assert count_kernels("gpu", with_backward(f), *rms_lowering_args) == 2
+    assert count_kernels("gpu", with_backward(f), *ARGS["rms_norm"]) == 2

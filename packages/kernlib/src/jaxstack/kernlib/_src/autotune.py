@@ -19,7 +19,9 @@ import jax
 from jaxstack.kernlib._src import device, dispatch, registry, tuning
 
 
-def _time(fn, args, repeats: int, warmup: int) -> float:
+def median_ms(fn, args, repeats: int, warmup: int = 2) -> float:
+    """Median wall time of `fn(*args)` in milliseconds over `repeats` runs after `warmup` runs
+    (each waited for with `jax.block_until_ready`)."""
     for _ in range(warmup):
         jax.block_until_ready(fn(*args))
     samples = []
@@ -91,7 +93,7 @@ def autotune(
         )
         label = {"implementation": impl.name, "config": None if cfg is None else cfg.to_dict()}
         try:
-            ms = _time(fn, args, repeats, warmup)
+            ms = median_ms(fn, args, repeats, warmup)
         except Exception as e:  # a config the device cannot compile is a loser, not a crash
             log(f"  {impl.name} {label['config']}: failed ({type(e).__name__}: {e})"[:300])
             continue

@@ -9,6 +9,7 @@ with the reason) and ending at `xla`, which runs everywhere. On CPU the preferen
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -57,11 +58,12 @@ class Op:
     timed: Callable[..., Callable[..., Any]]  # (impl_fn) -> function of the arrays to time
 
     @classmethod
-    def from_modules(cls, name: str, *, base, xla, pallas_triton, pallas_mosaic_tpu) -> Op:
+    def from_modules(cls, name: str, base, xla, pallas_triton, pallas_mosaic_tpu) -> Op:
         """The table every kernlib op shares: XLA everywhere, Triton on GPU, Mosaic on TPU.
 
-        Each implementation module provides `run` (and the Pallas ones `Config` and `check`);
-        `base` provides the autotuning hooks `spec`, `example` and `timed`.
+        The op package's modules, in this order: `base` provides the autotuning hooks `spec`,
+        `example` and `timed`; each implementation module provides `run` (and the Pallas ones
+        `Config` and `check`).
         """
         pallas = {
             PALLAS_TRITON: (pallas_triton, "gpu"),
@@ -184,3 +186,18 @@ class Call:
     def run(self):
         impl, cfg = self.select()
         return impl.run(*self.arrays, config=cfg, interpret=self.interpret, **self.options)
+
+
+def public(build: Callable[..., Call]) -> Callable[..., Any]:
+    """An op's public function, from `build`: same arguments, checks them and returns the `Call`.
+
+    The function runs that call; `build` stays reachable as its `.call` attribute, so that
+    `which_implementation` can choose without running.
+    """
+
+    @functools.wraps(build)
+    def op(*args, **kwargs):
+        return build(*args, **kwargs).run()
+
+    op.call = build
+    return op

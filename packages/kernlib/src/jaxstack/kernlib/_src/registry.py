@@ -1,4 +1,4 @@
-"""The op table: name -> api module (its `OP` and `_call`), imported lazily."""
+"""The op table: name -> api module (its `OP` and its public function), imported lazily."""
 
 from __future__ import annotations
 
@@ -31,5 +31,5 @@ def implementations(op: str) -> list[str]:
 
 def which_implementation(op: str, *args, **kwargs) -> tuple[str, dict | None]:
     """What `op(*args, **kwargs)` would run here: (implementation name, config as a dict)."""
-    impl, cfg = api_module(op)._call(*args, **kwargs).select()
+    impl, cfg = getattr(api_module(op), op).call(*args, **kwargs).select()
     return impl.name, None if cfg is None else cfg.to_dict()

@@ -1,17 +1,21 @@
-"""Pieces the Pallas attention backends share: padding, block clamping, loop bounds, and the
-static options and custom-VJP wiring around their forward / backward kernels."""
+"""Pieces the Pallas attention backends share: fitting blocks and padding to the sequence, loop
+bounds, and the static options and custom-VJP wiring around their forward / backward kernels."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxstack.kernlib._src.config import clamp_block
 from jaxstack.kernlib.ops.attention import base
+
+BLOCKS = ("block_q", "block_k", "block_q_bwd", "block_k_bwd")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,7 +33,16 @@ class Static:
 
     @classmethod
     def create(
-        cls, q, k, seg, config, interpret, causal, sliding_window, logits_soft_cap, scale
+        cls,
+        q,
+        k,
+        seg,
+        config,
+        interpret,
+        causal=True,
+        sliding_window=None,
+        logits_soft_cap=None,
+        scale=None,
     ) -> Static:
         """From `run`'s arguments: q, k [B,T,H,D] unpadded, seg the (padded) segment ids."""
         return cls(
@@ -68,13 +81,15 @@ def make_flash(forward, backward):
     return flash
 
 
-def next_power_of_two(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
-
-
-def clamp_block(block: int, seq_len: int, minimum: int) -> int:
-    """A power-of-two block no larger than the (power-of-two rounded) sequence needs."""
-    return max(minimum, min(block, next_power_of_two(seq_len)))
+def prepare(q, k, v, segment_ids, config, interpret, *, minimum, head_dim_to=None, **options):
+    """What a Pallas `run` does first: every block of `config` clamped to what the sequence needs
+    (at least `minimum`), T padded to a multiple of each block (and D to `head_dim_to`), and the
+    call's `Static`. Returns ((q, k, v, segment_ids) padded, Static)."""
+    t = q.shape[1]
+    blocks = {name: clamp_block(getattr(config, name), t, minimum) for name in BLOCKS}
+    cfg = dataclasses.replace(config, **blocks)
+    padded = pad_sequence(q, k, v, segment_ids, math.lcm(*blocks.values()), head_dim_to)
+    return padded, Static.create(q, k, padded[3], cfg, interpret, **options)
 
 
 def pad_sequence(q, k, v, segment_ids, multiple: int, head_dim_to: int | None = None):

@@ -5,15 +5,10 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.attention import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op.from_modules(
-    "attention",
-    base=base,
-    xla=xla,
-    pallas_triton=pallas_triton,
-    pallas_mosaic_tpu=pallas_mosaic_tpu,
-)
+OP = dispatch.Op.from_modules("attention", base, xla, pallas_triton, pallas_mosaic_tpu)
 
 
+@dispatch.public
 def attention(
     q,
     k,
@@ -53,23 +48,6 @@ def attention(
     Example:
       >>> out = attention(q, k, v, segment_ids=segment_ids, sliding_window=4096)
     """
-    return _call(**locals()).run()
-
-
-def _call(
-    q,
-    k,
-    v,
-    *,
-    segment_ids=None,
-    causal=True,
-    sliding_window=None,
-    logits_soft_cap=None,
-    scale=None,
-    implementation=None,
-    config=None,
-    interpret=False,
-) -> dispatch.Call:
     base.validate(q, k, v, segment_ids, sliding_window, logits_soft_cap)
     options = dict(
         causal=causal, sliding_window=sliding_window, logits_soft_cap=logits_soft_cap, scale=scale

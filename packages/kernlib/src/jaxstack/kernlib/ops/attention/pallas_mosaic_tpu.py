@@ -19,7 +19,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of
 from jaxstack.kernlib.ops.attention import _common, base
 
 LANES = 128
@@ -31,21 +31,16 @@ NT = (((1,), (1,)), ((), ()))  # a @ b.T
 class Config(KernelConfig):
     """Tile sizes of the Mosaic kernels (multiples of 128)."""
 
-    block_q: int = 128
-    block_k: int = 128
-    block_q_bwd: int = 128
-    block_k_bwd: int = 128
-
-    def __post_init__(self):
-        for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
-            check_multiple(name, getattr(self, name), LANES)
-
-    @classmethod
-    def sweep(cls):
-        out = [cls()]
-        for bq, bk in ((256, 256), (256, 512), (512, 512), (512, 1024)):
-            out.append(cls(block_q=bq, block_k=bk, block_q_bwd=bq, block_k_bwd=bq))
-        return out
+    block_q: int = multiple_of(128, LANES)
+    block_k: int = multiple_of(128, LANES)
+    block_q_bwd: int = multiple_of(128, LANES)
+    block_k_bwd: int = multiple_of(128, LANES)
+    SWEEP = (
+        (256, 256, 256, 256),
+        (256, 512, 256, 256),
+        (512, 512, 512, 512),
+        (512, 1024, 512, 512),
+    )
 
 
 _Static = _common.Static
@@ -117,6 +112,18 @@ def _fwd_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
         lse_ref[...] = jnp.where(empty, 0.0, m_scr[...] + jnp.log(l_safe))
 
 
+def _seg_specs(st: _Static, bq: int, bk: int, q_major: bool = True) -> list:
+    """Block specs of the query / key segment ids (none without segments); grid (b, h, query
+    block, key block), or (b, h, key block, query block) when not `q_major`."""
+    if not st.has_seg:
+        return []
+    if q_major:
+        q_map, k_map = (lambda bb, h, i, j: (bb, i, 0)), (lambda bb, h, i, j: (bb, 0, j))
+    else:
+        q_map, k_map = (lambda bb, h, j, i: (bb, i, 0)), (lambda bb, h, j, i: (bb, 0, j))
+    return [pl.BlockSpec((None, bq, LANES), q_map), pl.BlockSpec((None, SUBLANES, bk), k_map)]
+
+
 def _seg_arrays(seg):
     b, t = seg.shape
     q_seg = jnp.broadcast_to(seg[:, :, None], (b, t, LANES))
@@ -149,17 +156,11 @@ def _forward(q, k, v, seg, st: _Static):
         pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0)),
         pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0)),
     ]
-    args = [q, k, v]
-    if st.has_seg:
-        in_specs += [
-            pl.BlockSpec((None, bq, LANES), lambda bb, h, i, j: (bb, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, i, j: (bb, 0, j)),
-        ]
-        args += list(_seg_arrays(seg))
+    segs = list(_seg_arrays(seg)) if st.has_seg else []
     return pl.pallas_call(
         functools.partial(_fwd_kernel, st=st, bq=bq, bk=bk, nk=nk),
         grid=(b, hq, nq, nk),
-        in_specs=in_specs,
+        in_specs=[*in_specs, *_seg_specs(st, bq, bk)],
         out_specs=[
             pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0)),
             pl.BlockSpec((None, None, bq, LANES), lambda bb, h, i, j: (bb, h, i, 0)),
@@ -179,10 +180,13 @@ def _forward(q, k, v, seg, st: _Static):
         interpret=st.interpret,
         cost_estimate=_cost(st, q, 2, [q, k, v, q]),
         name="kernlib_attention_fwd",
-    )(*args)
+    )(q, k, v, *segs)
 
 
-def _probs_and_dscores(q, k, v, do, lse, delta, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
+def _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st: _Static):
+    """Loads a backward step's blocks (q, k, v, do, lse, delta); returns q, k and do with the
+    probabilities and the logits' gradient."""
+    q, k, v, do, lse, delta = (ref[...] for ref in ins)
     s, t, mask = _scores(q, k, iq, ik, bq, bk, qs_ref, ks_ref, st)
     p = jnp.exp(s - lse[:, :1])
     if mask is not None:
@@ -191,12 +195,11 @@ def _probs_and_dscores(q, k, v, do, lse, delta, iq, ik, bq, bk, qs_ref, ks_ref, 
     ds = p * (dp - delta[:, :1])
     if t is not None:
         ds = ds * (1.0 - t * t)
-    return p, ds
+    return q, k, do, p, ds
 
 
 def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
     ins, (qs_ref, ks_ref), (dq_ref, dq_scr) = _split(refs, st, 6)
-    q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref = ins
     iq, ik = pl.program_id(2), pl.program_id(3)
 
     @pl.when(ik == 0)
@@ -207,22 +210,7 @@ def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
 
     @pl.when(jnp.logical_and(ik >= lo, ik < hi))
     def _step():
-        k = k_ref[...]
-        _, ds = _probs_and_dscores(
-            q_ref[...],
-            k,
-            v_ref[...],
-            do_ref[...],
-            lse_ref[...],
-            dl_ref[...],
-            iq,
-            ik,
-            bq,
-            bk,
-            qs_ref,
-            ks_ref,
-            st,
-        )
+        _, k, _, _, ds = _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st)
         dq_scr[...] += jax.lax.dot(ds.astype(k.dtype), k, preferred_element_type=jnp.float32)
 
     @pl.when(ik == nk - 1)
@@ -232,7 +220,6 @@ def _dq_kernel(*refs, st: _Static, bq: int, bk: int, nk: int):
 
 def _dkv_kernel(*refs, st: _Static, bq: int, bk: int, nq: int):
     ins, (qs_ref, ks_ref), (dk_ref, dv_ref, dk_scr, dv_scr) = _split(refs, st, 6)
-    q_ref, k_ref, v_ref, do_ref, lse_ref, dl_ref = ins
     ik, iq = pl.program_id(2), pl.program_id(3)
 
     @pl.when(iq == 0)
@@ -244,22 +231,7 @@ def _dkv_kernel(*refs, st: _Static, bq: int, bk: int, nq: int):
 
     @pl.when(jnp.logical_and(iq >= lo, iq < hi))
     def _step():
-        q, do = q_ref[...], do_ref[...]
-        p, ds = _probs_and_dscores(
-            q,
-            k_ref[...],
-            v_ref[...],
-            do,
-            lse_ref[...],
-            dl_ref[...],
-            iq,
-            ik,
-            bq,
-            bk,
-            qs_ref,
-            ks_ref,
-            st,
-        )
+        q, _, do, p, ds = _probs_and_dscores(ins, iq, ik, bq, bk, qs_ref, ks_ref, st)
         dv_scr[...] += jax.lax.dot(p.T.astype(do.dtype), do, preferred_element_type=jnp.float32)
         dk_scr[...] += jax.lax.dot(ds.T.astype(q.dtype), q, preferred_element_type=jnp.float32)
 
@@ -285,16 +257,10 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
     qrow = pl.BlockSpec((None, None, bq, d), lambda bb, h, i, j: (bb, h, i, 0))
     krow = pl.BlockSpec((None, None, bk, d), lambda bb, h, i, j: (bb, h // g, j, 0))
     stat = pl.BlockSpec((None, None, bq, LANES), lambda bb, h, i, j: (bb, h, i, 0))
-    seg_specs = []
-    if st.has_seg:
-        seg_specs = [
-            pl.BlockSpec((None, bq, LANES), lambda bb, h, i, j: (bb, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, i, j: (bb, 0, j)),
-        ]
     dq = pl.pallas_call(
         functools.partial(_dq_kernel, st=st, bq=bq, bk=bk, nk=nk),
         grid=(b, hq, nq, nk),
-        in_specs=[qrow, krow, krow, qrow, stat, stat, *seg_specs],
+        in_specs=[qrow, krow, krow, qrow, stat, stat, *_seg_specs(st, bq, bk)],
         out_specs=qrow,
         out_shape=jax.ShapeDtypeStruct(q.shape, q.dtype),
         scratch_shapes=[pltpu.VMEM((bq, d), jnp.float32)],
@@ -308,18 +274,12 @@ def _backward(q, k, v, seg, out, lse, do, st: _Static):
     qrow_t = pl.BlockSpec((None, None, bq, d), lambda bb, h, j, i: (bb, h, i, 0))
     krow_t = pl.BlockSpec((None, None, bk, d), lambda bb, h, j, i: (bb, h // g, j, 0))
     stat_t = pl.BlockSpec((None, None, bq, LANES), lambda bb, h, j, i: (bb, h, i, 0))
-    seg_specs_t = []
-    if st.has_seg:
-        seg_specs_t = [
-            pl.BlockSpec((None, bq, LANES), lambda bb, h, j, i: (bb, i, 0)),
-            pl.BlockSpec((None, SUBLANES, bk), lambda bb, h, j, i: (bb, 0, j)),
-        ]
     out_row = pl.BlockSpec((None, None, bk, d), lambda bb, h, j, i: (bb, h, j, 0))
     per_head = jax.ShapeDtypeStruct((b, hq, t, d), jnp.float32)
     dk, dv = pl.pallas_call(
         functools.partial(_dkv_kernel, st=st, bq=bq, bk=bk, nq=nq),
         grid=(b, hq, nk, nq),
-        in_specs=[qrow_t, krow_t, krow_t, qrow_t, stat_t, stat_t, *seg_specs_t],
+        in_specs=[qrow_t, krow_t, krow_t, qrow_t, stat_t, stat_t, *_seg_specs(st, bq, bk, False)],
         out_specs=[out_row, out_row],
         out_shape=[per_head, per_head],
         scratch_shapes=[pltpu.VMEM((bk, d), jnp.float32), pltpu.VMEM((bk, d), jnp.float32)],
@@ -343,32 +303,11 @@ def check(q, k, v, segment_ids=None, **options) -> str | None:
     return None
 
 
-def run(
-    q,
-    k,
-    v,
-    segment_ids=None,
-    *,
-    config: Config,
-    interpret: bool = False,
-    causal: bool = True,
-    sliding_window: int | None = None,
-    logits_soft_cap: float | None = None,
-    scale: float | None = None,
-):
-    t = q.shape[1]
-    clamp = lambda blk: _common.clamp_block(blk, t, LANES)
-    cfg = Config(
-        block_q=clamp(config.block_q),
-        block_k=clamp(config.block_k),
-        block_q_bwd=clamp(config.block_q_bwd),
-        block_k_bwd=clamp(config.block_k_bwd),
-    )
-    multiple = math.lcm(cfg.block_q, cfg.block_k, cfg.block_q_bwd, cfg.block_k_bwd)
-    qp, kp, vp, seg = _common.pad_sequence(q, k, v, segment_ids, multiple)
-    st = _common.Static.create(
-        q, k, seg, cfg, interpret, causal, sliding_window, logits_soft_cap, scale
+def run(q, k, v, segment_ids=None, *, config: Config, interpret: bool = False, **options):
+    """The arguments are `base`'s; the kernels see [B, H, T, D]."""
+    (qp, kp, vp, seg), st = _common.prepare(
+        q, k, v, segment_ids, config, interpret, minimum=LANES, **options
     )
     to_bhtd = lambda x: jnp.swapaxes(x, 1, 2)
     out = _flash(to_bhtd(qp), to_bhtd(kp), to_bhtd(vp), seg, st)
-    return to_bhtd(out)[:, :t]
+    return to_bhtd(out)[:, : q.shape[1]]

@@ -22,7 +22,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, next_power_of_two, power_of_two
 from jaxstack.kernlib.ops.attention import _common, base
 
 LOG2E = math.log2(math.e)
@@ -32,30 +32,18 @@ LOG2E = math.log2(math.e)
 class Config(KernelConfig):
     """Tile sizes of the Triton kernels (powers of two, >= 16)."""
 
-    block_q: int = 64
-    block_k: int = 64
-    block_q_bwd: int = 64
-    block_k_bwd: int = 64
+    block_q: int = power_of_two(64, 16)
+    block_k: int = power_of_two(64, 16)
+    block_q_bwd: int = power_of_two(64, 16)
+    block_k_bwd: int = power_of_two(64, 16)
     num_warps: int = 4
     num_stages: int = 2
-
-    def __post_init__(self):
-        for name in ("block_q", "block_k", "block_q_bwd", "block_k_bwd"):
-            check_power_of_two(name, getattr(self, name), 16)
-
-    @classmethod
-    def sweep(cls):
-        out = [cls()]
-        for bq, bk, warps, stages in (
-            (128, 64, 4, 2),
-            (128, 64, 8, 3),
-            (128, 128, 8, 2),
-            (64, 128, 4, 3),
-            (128, 32, 4, 3),
-        ):
-            out.append(cls(block_q=bq, block_k=bk, num_warps=warps, num_stages=stages))
-        out += [cls(block_q_bwd=32, block_k_bwd=64), cls(block_q_bwd=64, block_k_bwd=128)]
-        return out
+    # (block_q, block_k, block_q_bwd, block_k_bwd, num_warps, num_stages): forward tiles, then
+    # backward tiles
+    SWEEP = (
+        (128, 64, 64, 64, 4, 2), (128, 64, 64, 64, 8, 3), (128, 128, 64, 64, 8, 2),
+        (64, 128, 64, 64, 4, 3), (128, 32, 64, 64, 4, 3), (64, 64, 32, 64), (64, 64, 64, 128),
+    )  # fmt: skip
 
 
 _Static = _common.Static
@@ -298,33 +286,11 @@ def check(q, k, v, segment_ids=None, **options) -> str | None:
     return None
 
 
-def run(
-    q,
-    k,
-    v,
-    segment_ids=None,
-    *,
-    config: Config,
-    interpret: bool = False,
-    causal: bool = True,
-    sliding_window: int | None = None,
-    logits_soft_cap: float | None = None,
-    scale: float | None = None,
-):
+def run(q, k, v, segment_ids=None, *, config: Config, interpret: bool = False, **options):
+    """The arguments are `base`'s; D is padded to a power of two >= 16 for Triton's tiles."""
     t, d = q.shape[1], q.shape[3]
-    cfg = Config(
-        block_q=_common.clamp_block(config.block_q, t, 16),
-        block_k=_common.clamp_block(config.block_k, t, 16),
-        block_q_bwd=_common.clamp_block(config.block_q_bwd, t, 16),
-        block_k_bwd=_common.clamp_block(config.block_k_bwd, t, 16),
-        num_warps=config.num_warps,
-        num_stages=config.num_stages,
+    d_pad = max(16, next_power_of_two(d))
+    padded, st = _common.prepare(
+        q, k, v, segment_ids, config, interpret, minimum=16, head_dim_to=d_pad, **options
     )
-    multiple = max(cfg.block_q, cfg.block_k, cfg.block_q_bwd, cfg.block_k_bwd)
-    d_pad = max(16, _common.next_power_of_two(d))
-    qp, kp, vp, seg = _common.pad_sequence(q, k, v, segment_ids, multiple, d_pad)
-    st = _common.Static.create(
-        q, k, seg, cfg, interpret, causal, sliding_window, logits_soft_cap, scale
-    )
-    out = _flash(qp, kp, vp, seg, st)
-    return out[:, :t, :, :d]
+    return _flash(*padded, st)[:, :t, :, :d]

@@ -5,15 +5,10 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.grouped_matmul import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op.from_modules(
-    "grouped_matmul",
-    base=base,
-    xla=xla,
-    pallas_triton=pallas_triton,
-    pallas_mosaic_tpu=pallas_mosaic_tpu,
-)
+OP = dispatch.Op.from_modules("grouped_matmul", base, xla, pallas_triton, pallas_mosaic_tpu)
 
 
+@dispatch.public
 def grouped_matmul(
     lhs,
     rhs,
@@ -38,19 +33,6 @@ def grouped_matmul(
     Example:
       >>> hidden = grouped_matmul(sorted_tokens, w_up, tokens_per_expert)
     """
-    return _call(**locals()).run()
-
-
-def _call(
-    lhs,
-    rhs,
-    group_sizes,
-    *,
-    preferred_element_type=None,
-    implementation=None,
-    config=None,
-    interpret=False,
-) -> dispatch.Call:
     base.validate(lhs, rhs, group_sizes)
     options = dict(preferred_element_type=preferred_element_type)
     return dispatch.Call(OP, (lhs, rhs, group_sizes), options, implementation, config, interpret)

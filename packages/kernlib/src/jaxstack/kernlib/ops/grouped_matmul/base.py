@@ -30,6 +30,14 @@ def validate(lhs, rhs, group_sizes) -> None:
         raise ConfigError(f"group_sizes must be integer, got {group_sizes.dtype}")
 
 
+def mixed_dtypes(lhs, rhs) -> str | None:
+    """Why a Pallas kernel cannot run (lhs and rhs differ in dtype), or None: both kernels feed
+    them to one matmul."""
+    if lhs.dtype != rhs.dtype:
+        return f"mixed dtypes {lhs.dtype} x {rhs.dtype} (use quantized_matmul for int weights)"
+    return None
+
+
 def out_dtype(lhs, rhs, preferred_element_type):
     return preferred_element_type or jnp.promote_types(lhs.dtype, rhs.dtype)
 

@@ -18,23 +18,16 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of
 from jaxstack.kernlib.ops.grouped_matmul import _common, base
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 128
-    block_k: int = 128
-    block_n: int = 128
-
-    def __post_init__(self):
-        for name in ("block_m", "block_k", "block_n"):
-            check_multiple(name, getattr(self, name), 128)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(256, 256, 256), cls(512, 256, 512), cls(256, 512, 256)]
+    block_m: int = multiple_of(128, 128)
+    block_k: int = multiple_of(128, 128)
+    block_n: int = multiple_of(128, 128)
+    SWEEP = ((256, 256, 256), (512, 256, 512), (256, 512, 256))
 
 
 _Static = _common.Static
@@ -60,14 +53,11 @@ def _gmm_kernel(vg, vt, lo, hi, lhs_ref, rhs_ref, out_ref, acc_ref, *, bm, nk, n
     del nv
 
 
-def _gmm(lhs, rhs, group_sizes, st: _Static):
+def _gmm(lhs_p, rhs_p, group_sizes, st: _Static):
     bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
-    m, n = lhs.shape[0], rhs.shape[2]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    rhs_p = base.pad_to(rhs, (1, bk, bn))
     mp, kp = lhs_p.shape
     np_ = rhs_p.shape[2]
-    meta = base.visits(group_sizes, m, bm)
+    meta = base.visits(group_sizes, mp, bm)
     nv, nk = meta[0].shape[0], kp // bk
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=4,
@@ -89,7 +79,7 @@ def _gmm(lhs, rhs, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_gmm",
     )(*meta, lhs_p, rhs_p)
-    return base.zero_tail(out[:m, :n], group_sizes)
+    return out
 
 
 def _tgmm_kernel(vg, vt, lo, hi, lhs_ref, dout_ref, out_ref, acc_ref, *, bm, nv):
@@ -112,15 +102,11 @@ def _tgmm_kernel(vg, vt, lo, hi, lhs_ref, dout_ref, out_ref, acc_ref, *, bm, nv)
         out_ref[...] = acc_ref[...]
 
 
-def _tgmm(lhs, dout, group_sizes, st: _Static):
+def _tgmm(lhs_p, dout_p, group_sizes, st: _Static):
     bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
-    m, k = lhs.shape
-    n = dout.shape[1]
     g = group_sizes.shape[0]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    dout_p = base.pad_to(dout.astype(lhs.dtype), (bm, bn))
-    kp, np_ = lhs_p.shape[1], dout_p.shape[1]
-    meta = base.visits(group_sizes, m, bm)
+    (mp, kp), np_ = lhs_p.shape, dout_p.shape[1]
+    meta = base.visits(group_sizes, mp, bm)
     nv = meta[0].shape[0]
     grid_spec = pltpu.PrefetchScalarGridSpec(
         num_scalar_prefetch=4,
@@ -142,16 +128,16 @@ def _tgmm(lhs, dout, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_tgmm",
     )(*meta, lhs_p, dout_p)
-    nonempty = (group_sizes > 0)[:, None, None]
-    return jnp.where(nonempty, out[:, :k, :n], 0.0)
+    # a group without rows has no visit: its block was never written
+    return jnp.where((group_sizes > 0)[:, None, None], out, 0.0)
 
 
 _differentiable = _common.make_differentiable(_gmm, _tgmm)
 
 
 def check(lhs, rhs, group_sizes, **options) -> str | None:
-    if lhs.dtype != rhs.dtype:
-        return f"mixed dtypes {lhs.dtype} x {rhs.dtype} (use quantized_matmul for int weights)"
+    if reason := base.mixed_dtypes(lhs, rhs):
+        return reason
     if lhs.dtype not in (jnp.float32, jnp.bfloat16):
         return f"dtype {lhs.dtype} is not float32/bfloat16"
     return None

@@ -18,31 +18,18 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, clamp_block, power_of_two
 from jaxstack.kernlib.ops.grouped_matmul import _common, base
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 64
-    block_k: int = 32
-    block_n: int = 64
+    block_m: int = power_of_two(64, 16)
+    block_k: int = power_of_two(32, 16)
+    block_n: int = power_of_two(64, 16)
     num_warps: int = 4
     num_stages: int = 3
-
-    def __post_init__(self):
-        for name in ("block_m", "block_k", "block_n"):
-            check_power_of_two(name, getattr(self, name), 16)
-
-    @classmethod
-    def sweep(cls):
-        return [
-            cls(),
-            cls(128, 32, 128, 4, 3),
-            cls(128, 64, 128, 8, 3),
-            cls(64, 64, 128, 4, 4),
-            cls(128, 32, 64, 4, 4),
-        ]
+    SWEEP = ((128, 32, 128, 4, 3), (128, 64, 128, 8, 3), (64, 64, 128, 4, 4), (128, 32, 64, 4, 4))
 
 
 _Static = _common.Static
@@ -69,17 +56,12 @@ def _gmm_kernel(vg_ref, vt_ref, lo_ref, hi_ref, lhs_ref, rhs_ref, out_ref, *, bm
     plgpu.store(out_ref.at[pl.ds(row0, bm), :], acc.astype(out_ref.dtype), mask=mask)
 
 
-def _gmm(lhs, rhs, group_sizes, st: _Static):
-    cfg = st.config
-    bm, bk, bn = cfg.block_m, cfg.block_k, cfg.block_n
-    m, n = lhs.shape[0], rhs.shape[2]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    rhs_p = base.pad_to(rhs, (1, bk, bn))
-    mp, kp = lhs_p.shape
-    np_ = rhs_p.shape[2]
-    meta = base.visits(group_sizes, m, bm)
+def _gmm(lhs_p, rhs_p, group_sizes, st: _Static):
+    bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
+    (mp, kp), np_ = lhs_p.shape, rhs_p.shape[2]
+    meta = base.visits(group_sizes, mp, bm)
     whole = lambda shape: pl.BlockSpec(shape, lambda v, j: (0,) * len(shape))
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_gmm_kernel, bm=bm, bk=bk, nk=kp // bk),
         grid=(meta[0].shape[0], np_ // bn),
         in_specs=[
@@ -93,7 +75,6 @@ def _gmm(lhs, rhs, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_gmm",
     )(*meta, lhs_p, rhs_p)
-    return base.zero_tail(out[:m, :n], group_sizes)
 
 
 def _tgmm_kernel(start_ref, end_ref, lhs_ref, dout_ref, out_ref, *, bm):
@@ -113,19 +94,13 @@ def _tgmm_kernel(start_ref, end_ref, lhs_ref, dout_ref, out_ref, *, bm):
     out_ref[...] = acc
 
 
-def _tgmm(lhs, dout, group_sizes, st: _Static):
-    cfg = st.config
-    bm, bk, bn = cfg.block_m, cfg.block_k, cfg.block_n
-    m, k = lhs.shape
-    n = dout.shape[1]
+def _tgmm(lhs_p, dout_p, group_sizes, st: _Static):
+    bm, bk, bn = st.config.block_m, st.config.block_k, st.config.block_n
     g = group_sizes.shape[0]
-    lhs_p = base.pad_to(lhs, (bm, bk))
-    dout_p = base.pad_to(dout.astype(lhs.dtype), (bm, bn))
-    mp, kp = lhs_p.shape
-    np_ = dout_p.shape[1]
-    starts, ends = base.group_bounds(group_sizes, m)
+    (mp, kp), np_ = lhs_p.shape, dout_p.shape[1]
+    starts, ends = base.group_bounds(group_sizes, mp)
     vec = pl.BlockSpec((g,), lambda i, a, b: (0,))
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_tgmm_kernel, bm=bm),
         grid=(g, kp // bk, np_ // bn),
         in_specs=[
@@ -140,15 +115,14 @@ def _tgmm(lhs, dout, group_sizes, st: _Static):
         interpret=st.interpret,
         name="kernlib_tgmm",
     )(starts, ends, lhs_p, dout_p)
-    return out[:, :k, :n]
 
 
 _differentiable = _common.make_differentiable(_gmm, _tgmm)
 
 
 def check(lhs, rhs, group_sizes, **options) -> str | None:
-    if lhs.dtype != rhs.dtype:
-        return f"mixed dtypes {lhs.dtype} x {rhs.dtype} (use quantized_matmul for int weights)"
+    if reason := base.mixed_dtypes(lhs, rhs):
+        return reason
     if not jnp.issubdtype(lhs.dtype, jnp.floating):
         return f"dtype {lhs.dtype} is not floating point"
     return None
@@ -157,12 +131,11 @@ def check(lhs, rhs, group_sizes, **options) -> str | None:
 def run(lhs, rhs, group_sizes, *, config: Config, interpret=False, preferred_element_type=None):
     m, k = lhs.shape
     n = rhs.shape[2]
-    clamp = lambda b, size: max(16, min(b, 1 << max(0, (size - 1).bit_length())))
     cfg = dataclasses.replace(
         config,
-        block_m=clamp(config.block_m, m),
-        block_k=clamp(config.block_k, k),
-        block_n=clamp(config.block_n, n),
+        block_m=clamp_block(config.block_m, m, 16),
+        block_k=clamp_block(config.block_k, k, 16),
+        block_n=clamp_block(config.block_n, n, 16),
     )
     out_dtype = jnp.dtype(base.out_dtype(lhs, rhs, preferred_element_type)).name
     st = _Static(cfg, out_dtype, bool(interpret))

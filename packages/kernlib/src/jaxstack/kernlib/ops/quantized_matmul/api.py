@@ -5,15 +5,10 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.quantized_matmul import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op.from_modules(
-    "quantized_matmul",
-    base=base,
-    xla=xla,
-    pallas_triton=pallas_triton,
-    pallas_mosaic_tpu=pallas_mosaic_tpu,
-)
+OP = dispatch.Op.from_modules("quantized_matmul", base, xla, pallas_triton, pallas_mosaic_tpu)
 
 
+@dispatch.public
 def quantized_matmul(
     x,
     w,
@@ -40,12 +35,6 @@ def quantized_matmul(
     Example:
       >>> y = quantized_matmul(hidden, params["mlp/up/kernel"])  # a quantlib tensor
     """
-    return _call(**locals()).run()
-
-
-def _call(
-    x, w, *, out_dtype=None, implementation=None, config=None, interpret=False
-) -> dispatch.Call:
     p = base.parts(w)
     base.validate(x, p)
     arrays = (x, p.values, p.scales, p.zero_points)

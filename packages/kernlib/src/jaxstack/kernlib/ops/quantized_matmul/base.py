@@ -69,10 +69,6 @@ def parts(w) -> Parts:
     return Parts(values, scales, zp, dtype, (k, n))
 
 
-def tile_k(p: Parts) -> int:
-    return p.shape[0] // p.scales.shape[0]
-
-
 def dequantize(values, scales, zero_points, dtype):
     """The dense weight [K, N] from integer codes, per-tile scales and optional zero points.
 

@@ -17,33 +17,19 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of, round_up
 from jaxstack.kernlib.ops.quantized_matmul import _common
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 128
-    block_n: int = 256
-    block_k: int = 512
-
-    def __post_init__(self):
-        check_multiple("block_m", self.block_m, 8)
-        for name in ("block_n", "block_k"):
-            check_multiple(name, getattr(self, name), 128)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(128, 512, 512), cls(256, 256, 1024), cls(512, 512, 512)]
+    block_m: int = multiple_of(128, 8)
+    block_n: int = multiple_of(256, 128)
+    block_k: int = multiple_of(512, 128)
+    SWEEP = ((128, 512, 512), (256, 256, 1024), (512, 512, 512))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    config: Config
-    tile_k: int
-    has_zp: bool
-    out_dtype: str
-    interpret: bool
+_Static = _common.Static
 
 
 def _kernel(*refs, st: _Static, nk: int):
@@ -68,13 +54,8 @@ def _kernel(*refs, st: _Static, nk: int):
         o_ref[...] = acc_ref[...].astype(o_ref.dtype)
 
 
-def _forward(x2, values, scales, zp, st: _Static):
-    cfg = st.config
-    bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    m = x2.shape[0]
-    n = values.shape[1]
-    x2 = _common.pad2d(x2, (bm, bk))
-    v = _common.pad2d(values.astype(jnp.int8), (bk, bn))
+def _forward(x2, v, scales, zp, st: _Static):
+    bm, bn, bk = st.config.block_m, st.config.block_n, st.config.block_k
     mp, kp = x2.shape
     np_ = v.shape[1]
     per_tile = st.tile_k // bk
@@ -87,7 +68,7 @@ def _forward(x2, values, scales, zp, st: _Static):
         stat,
     ] + ([stat] if zp is not None else [])
     nk = kp // bk
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_kernel, st=st, nk=nk),
         grid=(mp // bm, np_ // bn, nk),
         in_specs=specs,
@@ -100,10 +81,6 @@ def _forward(x2, values, scales, zp, st: _Static):
         interpret=st.interpret,
         name="kernlib_quantized_matmul",
     )(*args)
-    return out[:m, :n]
-
-
-_differentiable = _common.make_differentiable(_forward)
 
 
 def _block_k(config: Config, tile: int) -> int | None:
@@ -114,7 +91,7 @@ def _block_k(config: Config, tile: int) -> int | None:
 
 
 def check(x, values, scales, zero_points=None, **options) -> str | None:
-    tile = values.shape[0] // scales.reshape(-1, values.shape[1]).shape[0]
+    tile = _common.scale_tile(values, scales)
     if _block_k(Config(), tile) is None:
         return f"scale tile {tile} along K is not a multiple of 128"
     if x.dtype not in (jnp.bfloat16, jnp.float32):
@@ -122,20 +99,12 @@ def check(x, values, scales, zero_points=None, **options) -> str | None:
     return None
 
 
-def run(x, values, scales, zero_points=None, *, config: Config, interpret=False, out_dtype=None):
-    n = values.shape[1]
-    scales2 = scales.reshape(-1, n)
-    tile = values.shape[0] // scales2.shape[0]
-    m = max(1, x.size // x.shape[-1])
-    bm = min(config.block_m, -(-m // 8) * 8)
-    cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile))
-    st = _Static(
-        config=cfg,
-        tile_k=tile,
-        has_zp=zero_points is not None,
-        out_dtype=jnp.dtype(out_dtype or x.dtype).name,
-        interpret=bool(interpret),
+def _fit(config: Config, rows: int, tile: int, int4: bool) -> Config:
+    """Row blocks no taller than the rows need (whole sublanes), K blocks within a scale tile."""
+    del int4  # widened to int8 before the call
+    return dataclasses.replace(
+        config, block_m=min(config.block_m, round_up(rows, 8)), block_k=_block_k(config, tile)
     )
-    zp = None if zero_points is None else zero_points.reshape(scales2.shape)
-    out = _differentiable(_common.flatten_rows(x), values, scales2, zp, st)
-    return out.reshape(*x.shape[:-1], n)
+
+
+run = _common.make_run(_forward, _fit)

@@ -19,35 +19,21 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
-from jaxstack.kernlib.ops.quantized_matmul import _common, base
+from jaxstack.kernlib._src.config import KernelConfig, clamp_block, power_of_two
+from jaxstack.kernlib.ops.quantized_matmul import _common
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_m: int = 16
-    block_n: int = 64
-    block_k: int = 64
+    block_m: int = power_of_two(16, 16)
+    block_n: int = power_of_two(64, 16)
+    block_k: int = power_of_two(64, 16)
     num_warps: int = 4
     num_stages: int = 3
-
-    def __post_init__(self):
-        for name in ("block_m", "block_n", "block_k"):
-            check_power_of_two(name, getattr(self, name), 16)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(16, 128, 64), cls(32, 64, 128), cls(64, 128, 64, 8), cls(128, 128, 32)]
+    SWEEP = ((16, 128, 64), (32, 64, 128), (64, 128, 64, 8), (128, 128, 32))
 
 
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    config: Config
-    tile_k: int
-    int4: bool
-    has_zp: bool
-    out_dtype: str
-    interpret: bool
+_Static = _common.Static
 
 
 def _kernel(*refs, st: _Static, nk: int):
@@ -89,17 +75,13 @@ def _kernel(*refs, st: _Static, nk: int):
     o_ref[...] = acc.astype(o_ref.dtype)
 
 
-def _forward(x2, values, scales, zp, st: _Static):
+def _forward(x2, v, scales, zp, st: _Static):
     cfg = st.config
     bm, bn, bk = cfg.block_m, cfg.block_n, cfg.block_k
-    m = x2.shape[0]
-    n = values.shape[1]
-    x2 = _common.pad2d(x2, (bm, bk))
     mp, kp = x2.shape
     n_tiles = kp // st.tile_k
     scales = _common.pad2d(scales, (1, bn), rows=n_tiles)
     zp = None if zp is None else _common.pad2d(zp, (1, bn), rows=n_tiles)
-    v = _common.pad2d(values.astype(jnp.int8), (bk, bn))
     np_ = v.shape[1]
     if st.int4:
         v = jnp.bitwise_or(
@@ -113,7 +95,7 @@ def _forward(x2, values, scales, zp, st: _Static):
     col = lambda rows: pl.BlockSpec((rows, bn), lambda i, j: (0, j))
     args = [*x_args, v, scales] + ([zp] if zp is not None else [])
     specs = [*x_specs, col(v.shape[0]), col(n_tiles)] + ([col(n_tiles)] if zp is not None else [])
-    out = pl.pallas_call(
+    return pl.pallas_call(
         functools.partial(_kernel, st=st, nk=kp // bk),
         grid=(mp // bm, np_ // bn),
         in_specs=specs,
@@ -123,10 +105,6 @@ def _forward(x2, values, scales, zp, st: _Static):
         interpret=st.interpret,
         name="kernlib_quantized_matmul",
     )(*args)
-    return out[:m, :n]
-
-
-_differentiable = _common.make_differentiable(_forward)
 
 
 def _block_k(config: Config, tile: int, int4: bool) -> int | None:
@@ -140,32 +118,20 @@ def _block_k(config: Config, tile: int, int4: bool) -> int | None:
 
 
 def check(x, values, scales, zero_points=None, **options) -> str | None:
-    k = values.shape[0]
-    tile = k // scales.reshape(-1, values.shape[1]).shape[0]
-    if _block_k(Config(), tile, jnp.dtype(values.dtype) == jnp.dtype(jnp.int4)) is None:
+    tile = _common.scale_tile(values, scales)
+    if _block_k(Config(), tile, _common.is_int4(values)) is None:
         return f"scale tile {tile} along K has no power-of-two block >= 16 dividing it"
     if x.dtype not in (jnp.bfloat16, jnp.float16, jnp.float32):
         return f"activation dtype {x.dtype} is not bfloat16/float16/float32"
     return None
 
 
-def run(x, values, scales, zero_points=None, *, config: Config, interpret=False, out_dtype=None):
-    p = base.Parts(
-        values, scales.reshape(-1, values.shape[1]), zero_points, x.dtype, tuple(values.shape)
+def _fit(config: Config, rows: int, tile: int, int4: bool) -> Config:
+    """Row blocks no taller than the rows need (a power of two >= 16), K blocks within a scale
+    tile."""
+    return dataclasses.replace(
+        config, block_m=clamp_block(config.block_m, rows, 16), block_k=_block_k(config, tile, int4)
     )
-    tile = base.tile_k(p)
-    m = max(1, x.size // x.shape[-1])
-    bm = max(16, min(config.block_m, 1 << max(0, (m - 1).bit_length())))
-    int4 = jnp.dtype(values.dtype) == jnp.dtype(jnp.int4)
-    cfg = dataclasses.replace(config, block_m=bm, block_k=_block_k(config, tile, int4))
-    st = _Static(
-        config=cfg,
-        tile_k=tile,
-        int4=int4,
-        has_zp=zero_points is not None,
-        out_dtype=jnp.dtype(out_dtype or x.dtype).name,
-        interpret=bool(interpret),
-    )
-    zp = None if zero_points is None else zero_points.reshape(p.scales.shape)
-    out = _differentiable(_common.flatten_rows(x), values, p.scales, zp, st)
-    return out.reshape(*x.shape[:-1], values.shape[1])
+
+
+run = _common.make_run(_forward, _fit)

@@ -5,15 +5,10 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.ragged_paged_attention import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op.from_modules(
-    "ragged_paged_attention",
-    base=base,
-    xla=xla,
-    pallas_triton=pallas_triton,
-    pallas_mosaic_tpu=pallas_mosaic_tpu,
-)
+OP = dispatch.Op.from_modules("ragged_paged_attention", base, xla, pallas_triton, pallas_mosaic_tpu)
 
 
+@dispatch.public
 def ragged_paged_attention(
     q,
     k_pages,
@@ -49,25 +44,6 @@ def ragged_paged_attention(
     Example:
       >>> out = ragged_paged_attention(q, k_pages, v_pages, kv_lens, block_tables, cu_q_lens)
     """
-    return _call(**locals()).run()
-
-
-def _call(
-    q,
-    k_pages,
-    v_pages,
-    kv_lens,
-    block_tables,
-    query_start_loc,
-    num_seqs=None,
-    *,
-    scale=None,
-    sliding_window=None,
-    logits_soft_cap=None,
-    implementation=None,
-    config=None,
-    interpret=False,
-) -> dispatch.Call:
     base.validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc)
     options = dict(scale=scale, sliding_window=sliding_window, logits_soft_cap=logits_soft_cap)
     arrays = (q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs)

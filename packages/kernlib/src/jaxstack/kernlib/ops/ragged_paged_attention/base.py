@@ -1,4 +1,4 @@
-"""Ragged paged attention: semantics, the XLA reference, and query tiling shared by kernels.
+"""Ragged paged attention: semantics, the XLA reference, and the set-up shared by kernels.
 
 Inputs (vLLM-style, the layout jaxstack.serving's paged cache uses):
 
@@ -19,6 +19,7 @@ The q rows of sequence s are its last `q_len` tokens: row i sits at position
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import NamedTuple
 
@@ -84,35 +85,25 @@ def token_rows(kv_lens, query_start_loc, num_seqs, t: int) -> Rows:
 
 
 def reference(
-    q,
-    k_pages,
-    v_pages,
-    kv_lens,
-    block_tables,
-    query_start_loc,
-    num_seqs=None,
-    *,
-    scale: float | None = None,
-    sliding_window: int | None = None,
-    logits_soft_cap: float | None = None,
+    q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=None, **options
 ):
-    t, hq, d = q.shape
-    num_pages, _, hkv, _ = k_pages.shape
-    g = hq // hkv
-    scale = attention_base.default_scale(d, scale)
+    """Every page of each token's block table gathered at once: simple, and the numbers every
+    implementation is checked against. `options`: scale, sliding_window, logits_soft_cap."""
+    st = static(q, k_pages, block_tables, **options)
+    t, hkv, d = q.shape[0], st.kv_heads, st.head_dim
     rows = token_rows(kv_lens, query_start_loc, num_seqs, t)
-    pages = jnp.clip(block_tables[rows.seq], 0, num_pages - 1)  # [T, P]
+    pages = jnp.clip(block_tables[rows.seq], 0, k_pages.shape[0] - 1)  # [T, P]
     keys = k_pages[pages].reshape(t, -1, hkv, d)
     values = v_pages[pages].reshape(t, -1, hkv, d)
     logits = jnp.einsum(
-        "thgd,tkhd->thgk", q.reshape(t, hkv, g, d), keys, preferred_element_type=jnp.float32
+        "thgd,tkhd->thgk", q.reshape(t, hkv, st.group, d), keys, preferred_element_type=jnp.float32
     )
-    logits = attention_base.soft_cap(logits * scale, logits_soft_cap)
+    logits = attention_base.soft_cap(logits * st.scale, st.cap)
     k_pos = jnp.arange(keys.shape[1], dtype=jnp.int32)[None, :]
     q_pos = rows.pos[:, None]
     mask = k_pos <= q_pos
-    if sliding_window is not None:
-        mask = jnp.logical_and(mask, q_pos - k_pos < sliding_window)
+    if st.window is not None:
+        mask = jnp.logical_and(mask, q_pos - k_pos < st.window)
     mask = jnp.logical_and(mask, rows.active[:, None])[:, None, None, :]
     mask = jnp.broadcast_to(mask, logits.shape)
     masked = jnp.where(mask, logits, attention_base.MASK_VALUE)
@@ -123,7 +114,7 @@ def reference(
     out = jnp.einsum(
         "thgk,tkhd->thgd", probs.astype(values.dtype), values, preferred_element_type=jnp.float32
     )
-    return out.reshape(t, hq, d).astype(q.dtype)
+    return out.reshape(q.shape).astype(q.dtype)
 
 
 class Tiles(NamedTuple):
@@ -188,6 +179,66 @@ def scatter_tiles(out_tiles, tl: Tiles):
     """[V, block_q, Hq, D] -> [T, Hq, D], zero for padding rows."""
     out = out_tiles[tl.token_tile, tl.token_row]
     return jnp.where(tl.token_active[:, None, None], out, jnp.zeros((), out.dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class Static:
+    """Compile-time facts of one call (hashable: a Pallas kernel's static argument)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    page_size: int
+    pages_per_seq: int
+    scale: float
+    cap: float | None
+    window: int | None
+    interpret: bool
+
+    @property
+    def group(self) -> int:
+        """Query heads per kv head."""
+        return self.heads // self.kv_heads
+
+
+class Prepared(NamedTuple):
+    """A call set up for a Pallas kernel: its static facts, query tiles and valid page ids."""
+
+    st: Static
+    tiles: Tiles
+    q_tiles: jax.Array  # [V, block_q, Hq, D]
+    block_tables: jax.Array  # int32, clipped to [0, num_pages): holes read a real page
+
+
+def static(q, k_pages, block_tables, **options) -> Static:
+    """The shapes every implementation reads, and the options `scale`, `sliding_window`,
+    `logits_soft_cap` and `interpret` as a `Static` (other options, such as `config`, are
+    not its business)."""
+    _, hq, d = q.shape
+    _, page_size, hkv, _ = k_pages.shape
+    window, cap = options.get("sliding_window"), options.get("logits_soft_cap")
+    return Static(
+        heads=hq,
+        kv_heads=hkv,
+        head_dim=d,
+        page_size=page_size,
+        pages_per_seq=block_tables.shape[1],
+        scale=attention_base.default_scale(d, options.get("scale")),
+        cap=None if cap is None else float(cap),
+        window=None if window is None else int(window),
+        interpret=bool(options.get("interpret", False)),
+    )
+
+
+def prepare(
+    q, k_pages, kv_lens, block_tables, query_start_loc, num_seqs=None, *, block_q, **options
+):
+    """What both Pallas kernels do first: the `Static`, and the queries cut into tiles of
+    `block_q` rows of one sequence and gathered."""
+    st = static(q, k_pages, block_tables, **options)
+    tl = tiles(kv_lens, query_start_loc, num_seqs, q.shape[0], block_q, st.page_size, st.window)
+    pages = jnp.clip(block_tables.astype(jnp.int32), 0, k_pages.shape[0] - 1)
+    return Prepared(st, tl, gather_tiles(q, tl), pages)
 
 
 def spec(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=None, **o) -> str:

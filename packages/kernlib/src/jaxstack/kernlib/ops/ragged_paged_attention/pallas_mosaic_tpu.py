@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of
 from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
@@ -28,34 +28,28 @@ NT = (((1,), (1,)), ((), ()))
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_q: int = 8
-
-    def __post_init__(self):
-        check_multiple("block_q", self.block_q, 8)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(16), cls(32), cls(64), cls(128)]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    heads: int
-    kv_heads: int
-    head_dim: int
-    page_size: int
-    pages_per_seq: int
-    scale: float
-    cap: float | None
-    window: int | None
-    interpret: bool
+    block_q: int = multiple_of(8, 8)
+    SWEEP = ((16,), (32,), (64,), (128,))
 
 
 def _kernel(
-    seq, pos0, first, last, bt, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, st: _Static
+    seq,
+    pos0,
+    first,
+    last,
+    bt,
+    q_ref,
+    k_ref,
+    v_ref,
+    o_ref,
+    m_ref,
+    l_ref,
+    acc_ref,
+    *,
+    st: base.Static,
 ):
     tile, j = pl.program_id(0), pl.program_id(1)
-    d, ps, g = st.head_dim, st.page_size, st.heads // st.kv_heads
+    d, ps, g = st.head_dim, st.page_size, st.group
     bq = q_ref.shape[0]
 
     @pl.when(j == 0)
@@ -106,40 +100,17 @@ def check(q, k_pages, *args, **options) -> str | None:
     return base.dtype_mismatch(q, k_pages)
 
 
-def run(
-    q,
-    k_pages,
-    v_pages,
-    kv_lens,
-    block_tables,
-    query_start_loc,
-    num_seqs=None,
-    *,
-    config: Config,
-    interpret=False,
-    scale=None,
-    sliding_window=None,
-    logits_soft_cap=None,
-):
-    t, hq, d = q.shape
-    num_pages, ps, hkv, _ = k_pages.shape
-    pages_per_seq = block_tables.shape[1]
-    bq = config.block_q
-    tl = base.tiles(kv_lens, query_start_loc, num_seqs, t, bq, ps, sliding_window)
-    q_tiles = base.gather_tiles(q, tl).reshape(-1, bq, hq * d)
-    n_tiles = q_tiles.shape[0]
-    st = _Static(
-        heads=hq,
-        kv_heads=hkv,
-        head_dim=d,
-        page_size=ps,
-        pages_per_seq=pages_per_seq,
-        scale=attention_base.default_scale(d, scale),
-        cap=None if logits_soft_cap is None else float(logits_soft_cap),
-        window=None if sliding_window is None else int(sliding_window),
-        interpret=bool(interpret),
+def run(q, k_pages, v_pages, *batch, config: Config, **options):
+    """The arguments are `base`'s (`batch`: kv_lens, block_tables, query_start_loc, num_seqs);
+    the cache is viewed as [num_pages, page_size, Hkv * D], so a grid step DMAs a whole page."""
+    st, tl, q_tiles, block_tables = base.prepare(
+        q, k_pages, *batch, block_q=config.block_q, **options
     )
-    bt_flat = jnp.clip(block_tables.astype(jnp.int32), 0, num_pages - 1).reshape(-1)
+    n_tiles, bq, hq, d = q_tiles.shape
+    num_pages, ps, hkv, _ = k_pages.shape
+    pages_per_seq = st.pages_per_seq
+    q_tiles = q_tiles.reshape(n_tiles, bq, hq * d)
+    bt_flat = block_tables.reshape(-1)
 
     def page_map(i, j, seq, pos0, first, last, bt):
         slot = jnp.clip(j, first[i], jnp.maximum(last[i], first[i]))

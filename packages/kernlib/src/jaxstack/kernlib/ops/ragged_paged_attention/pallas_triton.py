@@ -19,7 +19,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, power_of_two
 from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
@@ -28,31 +28,14 @@ LOG2E = math.log2(math.e)
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_q: int = 16
+    block_q: int = power_of_two(16, 16)
     num_warps: int = 4
     num_stages: int = 2
-
-    def __post_init__(self):
-        check_power_of_two("block_q", self.block_q, 16)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(16, 4, 3), cls(16, 8, 2), cls(32, 4, 2), cls(64, 4, 2)]
-
-
-@dataclasses.dataclass(frozen=True)
-class _Static:
-    group: int
-    page_size: int
-    scale: float
-    cap: float | None
-    window: int | None
-    config: Config
-    interpret: bool
+    SWEEP = ((16, 4, 3), (16, 8, 2), (32, 4, 2), (64, 4, 2))
 
 
 def _kernel(
-    seq_ref, pos_ref, first_ref, last_ref, bt_ref, q_ref, k_ref, v_ref, o_ref, *, st: _Static
+    seq_ref, pos_ref, first_ref, last_ref, bt_ref, q_ref, k_ref, v_ref, o_ref, *, st: base.Static
 ):
     tile, head = pl.program_id(0), pl.program_id(1)
     kv_head = head // st.group
@@ -100,38 +83,14 @@ def check(q, k_pages, *args, **options) -> str | None:
     return base.dtype_mismatch(q, k_pages)
 
 
-def run(
-    q,
-    k_pages,
-    v_pages,
-    kv_lens,
-    block_tables,
-    query_start_loc,
-    num_seqs=None,
-    *,
-    config: Config,
-    interpret=False,
-    scale=None,
-    sliding_window=None,
-    logits_soft_cap=None,
-):
-    t, hq, d = q.shape
-    num_pages, ps, hkv, _ = k_pages.shape
-    bq = config.block_q
-    tl = base.tiles(kv_lens, query_start_loc, num_seqs, t, bq, ps, sliding_window)
-    q_tiles = base.gather_tiles(q, tl)
-    n_tiles = q_tiles.shape[0]
-    st = _Static(
-        group=hq // hkv,
-        page_size=ps,
-        scale=attention_base.default_scale(d, scale),
-        cap=None if logits_soft_cap is None else float(logits_soft_cap),
-        window=None if sliding_window is None else int(sliding_window),
-        config=config,
-        interpret=bool(interpret),
+def run(q, k_pages, v_pages, *batch, config: Config, **options):
+    """The arguments are `base`'s (`batch`: kv_lens, block_tables, query_start_loc, num_seqs);
+    one program per (query tile, query head) reads the cache in place."""
+    st, tl, q_tiles, block_tables = base.prepare(
+        q, k_pages, *batch, block_q=config.block_q, **options
     )
+    n_tiles, bq, hq, d = q_tiles.shape
     whole = lambda shape: pl.BlockSpec(shape, lambda i, h: (0,) * len(shape))
-    block_tables = jnp.clip(block_tables.astype(jnp.int32), 0, num_pages - 1)
     out = pl.pallas_call(
         functools.partial(_kernel, st=st),
         grid=(n_tiles, hq),

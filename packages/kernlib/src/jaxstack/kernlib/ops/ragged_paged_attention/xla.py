@@ -24,34 +24,18 @@ CHUNK_TOKENS = 256  # cache positions read per loop iteration (per tile)
 BLOCK_Q = 16  # rows per prefill tile
 
 
-def run(
-    q,
-    k_pages,
-    v_pages,
-    kv_lens,
-    block_tables,
-    query_start_loc,
-    num_seqs=None,
-    *,
-    config=None,
-    interpret=False,
-    scale: float | None = None,
-    sliding_window: int | None = None,
-    logits_soft_cap: float | None = None,
-):
-    """The arguments are `base`'s (its module docstring documents them)."""
-    del config, interpret
-    _, hq, d = q.shape
-    num_pages, page_size, hkv, _ = k_pages.shape
-    g = hq // hkv
-    scale = attention_base.default_scale(d, scale)
+def run(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=None, **options):
+    """The arguments are `base`'s (its module docstring documents them); `config` and
+    `interpret` are not used."""
+    st = base.static(q, k_pages, block_tables, **options)
+    num_pages, page_size, hkv, d = k_pages.shape
     # A chunk never spans more pages than a block table holds: with short sequences (RL
     # rollouts: one page each) a full CHUNK_TOKENS chunk would gather and mask mostly padding.
     chunk = max(1, min(CHUNK_TOKENS // page_size, block_tables.shape[1]))
     width = -(-block_tables.shape[1] // chunk) * chunk
     tables = jnp.pad(block_tables, ((0, 0), (0, width - block_tables.shape[1])))
-    groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, sliding_window)
-    q_tiles = groups.q.reshape(*groups.q.shape[:2], hkv, g, d)  # [V, bq, Hkv, g, D]
+    groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, st.window)
+    q_tiles = groups.q.reshape(*groups.q.shape[:2], hkv, st.group, d)  # [V, bq, Hkv, g, D]
     seq_tables = tables[groups.seq]
     live = groups.last_page >= 0
     first = jnp.min(jnp.where(live, groups.first_page, width)) // chunk
@@ -65,11 +49,11 @@ def run(
         keys = k_pages[pages].reshape(pages.shape[0], chunk * page_size, hkv, d)
         values = v_pages[pages].reshape(pages.shape[0], chunk * page_size, hkv, d)
         logits = jnp.einsum("vqhgd,vkhd->vqhgk", q_tiles, keys, preferred_element_type=jnp.float32)
-        logits = attention_base.soft_cap(logits * scale, logits_soft_cap)
+        logits = attention_base.soft_cap(logits * st.scale, st.cap)
         k_pos = c * chunk * page_size + jnp.arange(chunk * page_size, dtype=jnp.int32)
         mask = (k_pos <= q_pos) & q_live
-        if sliding_window is not None:
-            mask &= q_pos - k_pos < sliding_window
+        if st.window is not None:
+            mask &= q_pos - k_pos < st.window
         mask = mask[:, :, None, None, :]
         masked = jnp.where(mask, logits, attention_base.MASK_VALUE)
         new_max = jnp.maximum(row_max, jnp.max(masked, axis=-1, keepdims=True))

@@ -5,11 +5,10 @@ from __future__ import annotations
 from jaxstack.kernlib._src import dispatch
 from jaxstack.kernlib.ops.rms_norm import base, pallas_mosaic_tpu, pallas_triton, xla
 
-OP = dispatch.Op.from_modules(
-    "rms_norm", base=base, xla=xla, pallas_triton=pallas_triton, pallas_mosaic_tpu=pallas_mosaic_tpu
-)
+OP = dispatch.Op.from_modules("rms_norm", base, xla, pallas_triton, pallas_mosaic_tpu)
 
 
+@dispatch.public
 def rms_norm(
     x,
     weight=None,
@@ -33,19 +32,6 @@ def rms_norm(
     Example:
       >>> y = rms_norm(hidden, params["norm/scale"], eps=1e-5)
     """
-    return _call(**locals()).run()
-
-
-def _call(
-    x,
-    weight=None,
-    *,
-    eps=1e-6,
-    weight_offset=0.0,
-    implementation=None,
-    config=None,
-    interpret=False,
-) -> dispatch.Call:
     base.validate(x, weight, eps)
     options = dict(eps=eps, weight_offset=weight_offset)
     return dispatch.Call(OP, (x, weight), options, implementation, config, interpret)

@@ -8,26 +8,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import tpu as pltpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_multiple
+from jaxstack.kernlib._src.config import KernelConfig, multiple_of, round_up
 from jaxstack.kernlib.ops.rms_norm import _common
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_rows: int = 256
-
-    def __post_init__(self):
-        check_multiple("block_rows", self.block_rows, 8)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(64), cls(128), cls(512), cls(1024)]
+    block_rows: int = multiple_of(256, 8)
+    SWEEP = ((64,), (128,), (512,), (1024,))
 
 
 _Static = _common.Static
@@ -122,10 +117,8 @@ def check(x, weight=None, **options) -> str | None:
 
 def run(x, weight=None, *, config: Config, interpret=False, eps=1e-6, weight_offset=0.0):
     d = x.shape[-1]
-    rows = 1
-    for n in x.shape[:-1]:
-        rows *= n
-    br = min(config.block_rows, max(8, -(-rows // 8) * 8), max_block_rows(d, x.dtype.itemsize))
+    rows = math.prod(x.shape[:-1])
+    br = min(config.block_rows, max(8, round_up(rows, 8)), max_block_rows(d, x.dtype.itemsize))
     cfg = Config(block_rows=br)
     x2, w, rows = _common.as_rows(x, weight, br)
     st = _Static(d, float(eps), float(weight_offset), cfg, bool(interpret))

@@ -15,21 +15,15 @@ import jax.numpy as jnp
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from jaxstack.kernlib._src.config import KernelConfig, check_power_of_two
+from jaxstack.kernlib._src.config import KernelConfig, next_power_of_two, power_of_two
 from jaxstack.kernlib.ops.rms_norm import _common
 
 
 @dataclasses.dataclass(frozen=True)
 class Config(KernelConfig):
-    block_rows: int = 4
+    block_rows: int = power_of_two(4)
     num_warps: int = 4
-
-    def __post_init__(self):
-        check_power_of_two("block_rows", self.block_rows)
-
-    @classmethod
-    def sweep(cls):
-        return [cls(), cls(1, 4), cls(2, 4), cls(8, 8), cls(16, 8)]
+    SWEEP = ((1, 4), (2, 4), (8, 8), (16, 8))
 
 
 _Static = _common.Static
@@ -100,7 +94,7 @@ def check(x, weight=None, **options) -> str | None:
 
 def run(x, weight=None, *, config: Config, interpret=False, eps=1e-6, weight_offset=0.0):
     d = x.shape[-1]
-    dp = max(16, 1 << (d - 1).bit_length())
+    dp = max(16, next_power_of_two(d))
     x2, w, rows = _common.as_rows(x, weight, config.block_rows, dp)
     st = _Static(d, float(eps), float(weight_offset), config, bool(interpret))
     y = _fused(x2, w, st)
