@@ -23,6 +23,7 @@ A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import pathlib
@@ -95,11 +96,9 @@ def graphdef_hashed_every_call(llm: LLM) -> None:
     runner.graphdef_key = HashedEveryCall(runner.graphdef_key)
 
 
-def _gumbel_sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
+def _gumbel_sample(sampler, logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
     """The sampler as it was (serving 0.4.2): `jnp.argmax`, and Gumbel noise over the whole
-    vocabulary through `jax.random.categorical`."""
-    from jaxstack.serving._src.llm import sampler
-
+    vocabulary through `jax.random.categorical`. `sampler` is the engine's sampler module."""
     raw = jax.nn.log_softmax(logits, axis=-1)
     if penalties is not None:
         logits = sampler.apply_penalties(logits, s, penalties)
@@ -120,9 +119,11 @@ def _gumbel_sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
 def gumbel_sampling(llm: LLM) -> None:
     """This LLM's steps sample with `_gumbel_sample` (the engine is single-threaded: the swap
     of the runner's module-level sampling program lasts exactly one step)."""
-    from jaxstack.serving._src.llm import model_runner
-
-    before = jax.jit(_gumbel_sample, static_argnames=("num_top", "all_greedy", "top_k_top_p"))
+    model_runner = sys.modules[type(llm.engine.runner).__module__]  # the engine's own module
+    before = jax.jit(
+        functools.partial(_gumbel_sample, model_runner.sampler),
+        static_argnames=("num_top", "all_greedy", "top_k_top_p"),
+    )
     step = llm.engine.step
 
     def swapped_step():
