@@ -189,23 +189,27 @@ class StepWriter:
             self._checkpointer.close()
 
 
+def _closed_loop_noise(kind: type[BaseException], error: BaseException, tb: Any) -> bool:
+    """ "Event loop is closed" raised inside asyncio: what cancelled Orbax coroutines leave."""
+    if kind is not RuntimeError or str(error) != "Event loop is closed":
+        return False
+    frames = traceback.extract_tb(tb)
+    return bool(frames) and os.path.basename(os.path.dirname(frames[-1].filename)) == "asyncio"
+
+
 def _quiet_about_closed_loops(
     excepthook: Callable[..., Any], kind: type[BaseException], error: BaseException, tb: Any
 ) -> None:
-    """sys.excepthook at exit after a cancel: drop "Event loop is closed" raised in asyncio."""
-    if kind is RuntimeError and str(error) == "Event loop is closed":
-        frames = traceback.extract_tb(tb)
-        if frames and os.path.basename(os.path.dirname(frames[-1].filename)) == "asyncio":
-            return
-    excepthook(kind, error, tb)
+    """sys.excepthook at exit after a cancel: drops the closed-loop noise."""
+    if not _closed_loop_noise(kind, error, tb):
+        excepthook(kind, error, tb)
 
 
 def _quiet_thread(excepthook: Callable[..., Any], args: Any) -> None:
-    """threading.excepthook at exit after a cancel: the same filter, for an Orbax or asyncio
-    thread that meets the closed loop (seen once in CI on a loaded machine)."""
-    _quiet_about_closed_loops(
-        lambda *_: excepthook(args), args.exc_type, args.exc_value, args.exc_traceback
-    )
+    """threading.excepthook at exit after a cancel: the same, for an Orbax or asyncio thread
+    that meets the closed loop (seen once in CI on a loaded machine)."""
+    if not _closed_loop_noise(args.exc_type, args.exc_value, args.exc_traceback):
+        excepthook(args)
 
 
 _writers: weakref.WeakSet[StepWriter] = weakref.WeakSet()
