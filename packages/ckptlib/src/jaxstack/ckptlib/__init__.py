@@ -35,6 +35,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "TargetMismatchError",
         ],
         "_src.interop": ["export_params", "restore_orbax"],
+        "_src.layout": ["atomic_file"],
         "_src.manager": ["CheckpointManager", "Restored"],
         "_src.manifest": ["VerificationResult"],
         "_src.multihost": ["agree_on_signal"],

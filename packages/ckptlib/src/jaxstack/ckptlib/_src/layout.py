@@ -124,14 +124,23 @@ def move_aside(directory: Path, step: int) -> Path:
 
 
 @contextlib.contextmanager
-def atomic_file(path: Path) -> Iterator[Path]:
+def atomic_file(path: str | os.PathLike[str]) -> Iterator[Path]:
     """Yield a unique temporary path beside `path` for the caller to write; on success it is
-    fsynced and renamed over `path`, so readers see the old file or the whole new one; on
-    failure it is removed. (Unique per process and call, so concurrent writers never share it;
-    created by the caller, so it gets the usual permissions, unlike a mkstemp file.)"""
+    fsynced and renamed over `path`, so readers see the old file or the whole new one (a full
+    disk or a crash leaves the old one); on failure it is removed. Unique per process and call,
+    so concurrent writers never share it; hidden (a leading dot) while it is written. The file
+    gets the permissions `open` would give it (the umask's): writers such as safetensors create
+    theirs private (0600), which would leave a checkpoint unreadable to the group.
+
+    Example:
+      >>> with atomic_file(run_dir / "config.yaml") as tmp:
+      ...     tmp.write_text(text)
+    """
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:12]}.tmp")
     try:
         yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -141,6 +150,13 @@ def atomic_file(path: Path) -> Iterator[Path]:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    """The process's umask (reading it means setting it: set back at once to what it was)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_json(path: Path, obj: Any) -> None:

@@ -26,7 +26,7 @@ from jaxstack.nnlib._src.errors import CheckpointMismatchError, Error
 from jaxstack.nnlib._src.hf_config import config_to_hf
 from jaxstack.nnlib._src.hf_names import TensorMap, tensor_maps
 from jaxstack.nnlib._src.paths import iter_variables
-from jaxstack.nnlib._src.safetensors_io import open_safetensors, save_safetensors
+from jaxstack.nnlib._src.safetensors_io import open_safetensors, save_safetensors, umask_mode
 
 _IGNORED = re.compile(r".*rotary_emb\.inv_freq$")
 _LAYER = re.compile(r"^layers/(\d+)/(.*)$")
@@ -198,6 +198,7 @@ def save_hf_checkpoint(
                 target.write_bytes(content)
             else:
                 target.write_text(content, encoding="utf-8")
+        os.chmod(tmp, umask_mode(0o777))  # mkdtemp's folder is private
         if directory.exists():
             shutil.rmtree(directory)
         os.replace(tmp, directory)

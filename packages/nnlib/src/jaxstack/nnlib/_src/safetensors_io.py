@@ -27,13 +27,22 @@ def open_safetensors(path: str | os.PathLike) -> safetensors.safe_open:
         raise Error(f"{path}: not a readable safetensors file ({e})") from e
 
 
+def umask_mode(mode: int) -> int:
+    """`mode` as the umask lets `open` and `mkdir` create it: tempfile's files and folders (and
+    safetensors' own) are private (0600, 0700), so a file renamed into place gets this mode."""
+    mask = os.umask(0o022)  # reading the umask means setting it: set back at once
+    os.umask(mask)
+    return mode & ~mask
+
+
 def save_safetensors(
     tensors: Mapping[str, np.ndarray],
     path: str | os.PathLike,
     metadata: Mapping[str, str] | None = None,
 ) -> None:
     """Write `tensors` to `path` atomically: a unique temporary file beside it, then a rename,
-    so a crash leaves the old file or the new one, never half of one."""
+    so a crash or a full disk leaves the old file or the new one, never half of one. The file
+    gets the umask's permissions, as `open` would give it."""
     path = pathlib.Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
@@ -43,6 +52,7 @@ def save_safetensors(
             tmp,
             metadata=dict(metadata or {"format": "pt"}),
         )
+        os.chmod(tmp, umask_mode(0o666))
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)

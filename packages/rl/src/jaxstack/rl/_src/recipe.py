@@ -11,13 +11,12 @@ Everything lands in one folder: `sft/` and `grpo/` run directories, the problem 
 from __future__ import annotations
 
 import json
-import os
 import pathlib
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from jaxstack import ckptlib
 from jaxstack.rl import arithmetic
 from jaxstack.rl._src.config import load_config
 from jaxstack.rl._src.encode import Encoder, build_chat_template
@@ -115,15 +114,6 @@ def _phases(clock: _Clock, sft_s: float, grpo: dict[str, float]) -> dict[str, fl
     }
     phases["other"] = clock.elapsed() - sum(phases.values())
     return phases
-
-
-def write_atomic(path: pathlib.Path, text: str) -> None:
-    """Writes `text` under a unique temporary name beside `path`, then renames it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def run_arithmetic(
@@ -227,5 +217,6 @@ def run_arithmetic(
         "sft_config": sft_config.to_dict(),
         "grpo_config": grpo_config.to_dict(),
     }
-    write_atomic(out / "recipe.json", json.dumps(summary, indent=1))
+    with ckptlib.atomic_file(out / "recipe.json") as tmp:
+        tmp.write_text(json.dumps(summary, indent=1))
     return summary

@@ -372,10 +372,13 @@ class Config(Section):
         return schema
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Writes the config as YAML, atomically (a name unique to this writer, then rename)."""
-        tmp = pathlib.Path(f"{path}.{os.getpid()}.{id(self)}.tmp")
-        tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
-        tmp.replace(path)
+        """Writes the config as YAML, atomically (ckptlib's `atomic_file`: a full disk or a
+        crash leaves the previous file), creating the folder if needed."""
+        from jaxstack import ckptlib
+
+        pathlib.Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with ckptlib.atomic_file(path) as tmp:
+            tmp.write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
     @field_validator("model")
     @classmethod

@@ -13,6 +13,7 @@ import pathlib
 import statistics
 from typing import Any
 
+from jaxstack import ckptlib
 from jaxstack.trainer._src.metrics_log import read_jsonl
 from jaxstack.trainer._src.units import si
 
@@ -72,9 +73,8 @@ td{{padding:2px 12px}} pre{{background:#f4f4f4;padding:8px;overflow-x:auto}}</st
 <h2>Config</h2><pre>{html.escape(config_text)}</pre>
 </body></html>"""
     out = run_dir / "report.html"
-    tmp = out.with_suffix(".html.tmp")
-    tmp.write_text(body)
-    tmp.replace(out)
+    with ckptlib.atomic_file(out) as tmp:
+        tmp.write_text(body)
     return out
 
 

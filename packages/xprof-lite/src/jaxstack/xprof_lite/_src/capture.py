@@ -23,6 +23,7 @@ from jax.profiler import ProfileData
 
 from jaxstack.xprof_lite._src import tracefile
 from jaxstack.xprof_lite._src.errors import Error
+from jaxstack.xprof_lite._src.files import write_text_atomically
 
 HLO_SUBDIR = "xprof_lite_hlo"
 PEAK_FILE = "peak.json"
@@ -94,9 +95,9 @@ def save_hlo(logdir: str | os.PathLike, fn, *args, **kwargs) -> Path:
     text = compiled.as_text()
     name = text.split(None, 2)[1].rstrip(",") if text.startswith("HloModule") else "module"
     target = Path(logdir) / HLO_SUBDIR / f"{name}.hlo.txt"
-    _write_atomically(target, text)
+    write_text_atomically(target, text)
     if (memory := memory_analysis_dict(compiled)) is not None:
-        _write_atomically(target.with_name(f"{name}.memory.json"), json.dumps(memory, indent=1))
+        write_text_atomically(target.with_name(f"{name}.memory.json"), json.dumps(memory, indent=1))
     return target
 
 
@@ -145,7 +146,7 @@ def save_peak(logdir: str | os.PathLike, peak) -> Path:
     """Record the device peak a capture is to be read against (a `DevicePeak`), so that its
     report later shows the very figure the run used for MFU, not one measured again."""
     target = Path(logdir) / HLO_SUBDIR / PEAK_FILE
-    _write_atomically(target, json.dumps(peak.to_dict(), indent=1))
+    write_text_atomically(target, json.dumps(peak.to_dict(), indent=1))
     return target
 
 
@@ -158,13 +159,6 @@ def saved_peak(logdir: str | os.PathLike):
         return DevicePeak.from_dict(json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    tmp.replace(target)
 
 
 def export_chrome_trace(run_dir: Path, target: Path | None = None) -> Path | None:

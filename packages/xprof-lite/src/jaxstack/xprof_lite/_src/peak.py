@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxstack.xprof_lite._src.errors import Error
+from jaxstack.xprof_lite._src.files import write_text_atomically
 from jaxstack.xprof_lite._src.machine import host_cpu
 
 
@@ -238,10 +239,7 @@ def device_peak(device=None, *, refresh: bool = False) -> DevicePeak:
     if cached is not None:
         peak = _best_of(cached, peak)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.{time.monotonic_ns()}.tmp")
-        tmp.write_text(json.dumps(peak.to_dict(), indent=2))
-        tmp.replace(path)
+        write_text_atomically(path, json.dumps(peak.to_dict(), indent=2))
     except OSError as exc:
         raise Error(
             f"measured the device peak but could not cache it in {str(path)!r} ({exc}); "

@@ -27,6 +27,7 @@ from jaxstack.xprof_lite._src.capture import (
 )
 from jaxstack.xprof_lite._src.cost import CATEGORIES
 from jaxstack.xprof_lite._src.errors import Error
+from jaxstack.xprof_lite._src.files import write_text_atomically
 from jaxstack.xprof_lite._src.memory import (
     live_arrays,
     live_bytes_by_origin,
@@ -101,9 +102,7 @@ class Report:
             "json": (out / "report.json", json.dumps(self.to_dict(), indent=1, default=str)),
         }
         for path, text in files.values():
-            tmp = path.with_suffix(path.suffix + ".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+            write_text_atomically(path, text)
         if not plots.AVAILABLE:
             html_path = files["html"][0]
             warnings.warn(f"{html_path} has tables but no pictures: {plots.MISSING}", stacklevel=2)
