@@ -1,3 +1,6 @@
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -130,3 +133,36 @@ def test_the_pallas_kernels_refuse_a_head_major_cache(rpa_batch):
     # left to choose, dispatch falls back to XLA (on any platform)
     out = kernlib.ragged_paged_attention(*batch, kv_layout="head_major")
     assert out.shape == batch[0].shape
+
+
+def _transposes(kv_layout):
+    """Output sizes in bytes of the transpose fusions (kernels XLA:CPU names for the transpose
+    they do) of 32 decodes of 200 cached tokens (one 256-position chunk each; 4 kv heads of
+    64, float32). A transpose fused into the gather's own kernel is not one: it writes the
+    gathered rows once, in the order the matmuls read."""
+    s, page, heads, dim, width = 32, 16, 4, 64, 16
+    pages = jnp.ones((s * width + 1, page, heads, dim))
+    if kv_layout == "head_major":
+        pages = pages.transpose(2, 0, 1, 3)
+    tables = jnp.arange(1, s * width + 1, dtype=jnp.int32).reshape(s, width)
+    kv_lens, starts = jnp.full((s,), 200, jnp.int32), jnp.arange(s + 1, dtype=jnp.int32)
+    call = jax.jit(
+        lambda q, k, v: kernlib.ragged_paged_attention(
+            q, k, v, kv_lens, tables, starts, implementation="xla", kv_layout=kv_layout
+        )
+    )
+    hlo = call.lower(jnp.ones((s, heads, dim)), pages, pages).compile().as_text()
+    sizes = []
+    for m in re.finditer(r"%\S*transpose\S* = f32\[([\d,]*)\]\{[\d,]*\} fusion\(", hlo):
+        sizes.append(4 * math.prod(int(d) for d in m[1].split(",") if d))
+    return sizes, s * 256 * heads * dim * 4  # and the bytes of one chunk's keys
+
+
+def test_head_major_pages_reach_the_matmuls_without_a_transposed_copy():
+    # Page-major pages gather as [rows, positions, heads, D] and XLA copies them into the
+    # matmuls' [rows, heads, ., .] order: a transpose fusion the size of the keys read. Head-
+    # major ones gather in that order; only q-sized transposes (the queries, the output) remain.
+    page_major, chunk_bytes = _transposes("page_major")
+    assert max(page_major) >= chunk_bytes  # what the check below would catch, as XLA names it
+    head_major, _ = _transposes("head_major")
+    assert max(head_major, default=0) < chunk_bytes // 64
