@@ -1,7 +1,7 @@
 """What the engine's step compiles to: its cost follows the tokens, not the cache's capacity.
 
 Inspected on the compiled program (XLA's memory analysis), never timed: a step that copied a
-cache-sized buffer (a layer sliced out of the [layers, slots, heads, dim] cache, or a cache
+cache-sized buffer (a layer sliced out of the cache, whichever its layout, or a cache
 not donated and so rewritten out of place) takes time in proportion to num_blocks.
 """
 
