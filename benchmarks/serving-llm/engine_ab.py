@@ -16,6 +16,7 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py rows-c1    # sequence-row buckets
     .venv/bin/python benchmarks/serving-llm/engine_ab.py int8-c1    # weight-only int8, d=512
     .venv/bin/python benchmarks/serving-llm/engine_ab.py sampler-c32  # the sampling program
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py kvlayout-c8  # page- vs head-major cache
 
 A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
@@ -59,16 +60,21 @@ def rows_as_tokens(llm: LLM) -> None:
     runner._empty_inputs = lambda t, s=None: empty_inputs(runner, t)
 
 
-def rows_suite(concurrency: int) -> tuple:
-    """Sequence rows sized by the step's tokens (before) or by its sequences (now), at the
-    issue's client setting and server limits (max_model_len 2,048, default cache)."""
+def before_and_now(concurrency: int, before: str, change, now: str) -> tuple:
+    """A suite of two variants at issue 31's client setting and server limits (max_model_len
+    2,048, token budget 2,048, default cache): the engine with `change` (as it was before,
+    named `before`) and as it is (`now`)."""
     options = dict(max_model_len=2048, max_num_batched_tokens=2048)
-    return (
+    return concurrency, {before: (options, SAMPLED, change), now: (options, SAMPLED)}
+
+
+def rows_suite(concurrency: int) -> tuple:
+    """Sequence rows sized by the step's tokens (before) or by its sequences (now)."""
+    return before_and_now(
         concurrency,
-        {
-            "rows = min(token bucket, max_num_seqs)": (options, SAMPLED, rows_as_tokens),
-            "rows = row bucket of the sequences": (options, SAMPLED),
-        },
+        "rows = min(token bucket, max_num_seqs)",
+        rows_as_tokens,
+        "rows = row bucket of the sequences",
     )
 
 
@@ -137,14 +143,24 @@ def gumbel_sampling(llm: LLM) -> None:
 
 
 def sampler_suite(concurrency: int) -> tuple:
-    """The sampling program before and after the inverse-CDF draw, at issue 31's settings."""
-    options = dict(max_model_len=2048, max_num_batched_tokens=2048)
-    return (
+    """The sampling program before and after the inverse-CDF draw."""
+    return before_and_now(
         concurrency,
-        {
-            "Gumbel draw, jnp.argmax (before)": (options, SAMPLED, gumbel_sampling),
-            "inverse-CDF draw, two-reduction argmax": (options, SAMPLED),
-        },
+        "Gumbel draw, jnp.argmax (before)",
+        gumbel_sampling,
+        "inverse-CDF draw, two-reduction argmax",
+    )
+
+
+def page_major_cache(llm: LLM) -> None:
+    """The KV cache as before (serving 0.4.3): page-major, [layers, slots, kv_heads, head_dim]."""
+    llm.engine.runner.allocate_cache("page_major")
+
+
+def kvlayout_suite(concurrency: int) -> tuple:
+    """The KV cache page-major (before) or head-major (now, the engine's default on CPU)."""
+    return before_and_now(
+        concurrency, "page-major cache (before)", page_major_cache, "head-major cache"
     )
 
 
@@ -185,6 +201,7 @@ SUITES = {
     "rows-c1": rows_suite(1),
     **{f"sampler-c{c}": sampler_suite(c) for c in (1, 8, 32)},
     "rows-c8": rows_suite(8),
+    **{f"kvlayout-c{c}": kvlayout_suite(c) for c in (1, 8, 32)},
     # Token buckets from 2 (a lone decode's model runs 2 token rows) or from 16 as before.
     "tokens-c1": (
         1,

@@ -46,7 +46,9 @@ def abstract_on(device, tree):
 @pytest.fixture(scope="module")
 def runner():
     model = nnlib.Transformer(nnlib.ModelConfig(**CONFIG), rngs=nnx.Rngs(0))
-    return LLM(model, **ENGINE).engine.runner
+    runner = LLM(model, **ENGINE).engine.runner
+    runner.allocate_cache("page_major")  # the layout a runner on TPU allocates (Mosaic's)
+    return runner
 
 
 @pytest.mark.parametrize("num_tokens", [32, 256], ids=["decode", "mixed prefill+decode"])

@@ -1,3 +1,6 @@
+import math
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -88,3 +91,78 @@ def test_the_walk_reads_no_wider_than_the_block_tables():
     one_page = jnp.arange(1, 65, dtype=jnp.int32)[:, None]
     sixteen = jnp.concatenate([one_page, jnp.full((64, 15), -1, jnp.int32)], axis=1)
     assert _bytes_accessed(one_page) < _bytes_accessed(sixteen) / 4
+
+
+def head_major(batch):
+    """The same batch with its cache in the head-major layout [Hkv, num_pages, page_size, D]."""
+    q, k_pages, v_pages, *rest = batch
+    return (q, k_pages.transpose(2, 0, 1, 3), v_pages.transpose(2, 0, 1, 3), *rest)
+
+
+@pytest.mark.parametrize(
+    ("q_lens", "kv_lens"),
+    [([1] * 5, [1, 300, 17, 520, 64]), ([40, 1, 300, 1], [40, 700, 300, 33])],
+)
+@pytest.mark.parametrize("options", [{}, {"sliding_window": 100, "logits_soft_cap": 2.0}])
+def test_a_head_major_cache_gives_the_page_major_numbers(rpa_batch, q_lens, kv_lens, options):
+    batch = rpa_batch(q_lens, kv_lens, page_size=8, live=len(q_lens) - 1)
+    want = base.reference(*batch, **options)
+    out = kernlib.ragged_paged_attention(
+        *head_major(batch), implementation="xla", kv_layout="head_major", **options
+    )
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=2e-5)
+    again = base.reference(*head_major(batch), kv_layout="head_major", **options)
+    np.testing.assert_array_equal(np.asarray(again), np.asarray(want))
+
+
+def test_the_cache_shape_is_checked_against_its_layout(rpa_batch):
+    batch = rpa_batch([1, 1], [5, 9])  # 2 kv heads of 16, q 4 heads
+    with pytest.raises(kernlib.ConfigError, match=r"head_major.*\[Hkv,num_pages,page_size,D\]"):
+        kernlib.ragged_paged_attention(*batch, kv_layout="head_major")  # page-major arrays
+    with pytest.raises(kernlib.ConfigError, match="kv_layout must be one of"):
+        kernlib.ragged_paged_attention(*batch, kv_layout="slot_major")
+
+
+def test_the_pallas_kernels_refuse_a_head_major_cache(rpa_batch):
+    batch = head_major(rpa_batch([1, 1], [5, 9], page_size=16))
+    for impl in ("pallas_triton", "pallas_mosaic_tpu"):
+        with pytest.raises(kernlib.UnsupportedError, match="read a page-major cache"):
+            kernlib.ragged_paged_attention(
+                *batch, implementation=impl, interpret=True, kv_layout="head_major"
+            )
+    # left to choose, dispatch falls back to XLA (on any platform)
+    out = kernlib.ragged_paged_attention(*batch, kv_layout="head_major")
+    assert out.shape == batch[0].shape
+
+
+def _transposes(kv_layout):
+    """Output sizes in bytes of the transpose fusions (kernels XLA:CPU names for the transpose
+    they do) of 32 decodes of 200 cached tokens (one 256-position chunk each; 4 kv heads of
+    64, float32). A transpose fused into the gather's own kernel is not one: it writes the
+    gathered rows once, in the order the matmuls read."""
+    s, page, heads, dim, width = 32, 16, 4, 64, 16
+    pages = jnp.ones((s * width + 1, page, heads, dim))
+    if kv_layout == "head_major":
+        pages = pages.transpose(2, 0, 1, 3)
+    tables = jnp.arange(1, s * width + 1, dtype=jnp.int32).reshape(s, width)
+    kv_lens, starts = jnp.full((s,), 200, jnp.int32), jnp.arange(s + 1, dtype=jnp.int32)
+    call = jax.jit(
+        lambda q, k, v: kernlib.ragged_paged_attention(
+            q, k, v, kv_lens, tables, starts, implementation="xla", kv_layout=kv_layout
+        )
+    )
+    hlo = call.lower(jnp.ones((s, heads, dim)), pages, pages).compile().as_text()
+    sizes = []
+    for m in re.finditer(r"%\S*transpose\S* = f32\[([\d,]*)\]\{[\d,]*\} fusion\(", hlo):
+        sizes.append(4 * math.prod(int(d) for d in m[1].split(",") if d))
+    return sizes, s * 256 * heads * dim * 4  # and the bytes of one chunk's keys
+
+
+def test_head_major_pages_reach_the_matmuls_without_a_transposed_copy():
+    # Page-major pages gather as [rows, positions, heads, D] and XLA copies them into the
+    # matmuls' [rows, heads, ., .] order: a transpose fusion the size of the keys read. Head-
+    # major ones gather in that order; only q-sized transposes (the queries, the output) remain.
+    page_major, chunk_bytes = _transposes("page_major")
+    assert max(page_major) >= chunk_bytes  # what the check below would catch, as XLA names it
+    head_major, _ = _transposes("head_major")
+    assert max(head_major, default=0) < chunk_bytes // 64

@@ -21,6 +21,7 @@ def ragged_paged_attention(
     scale: float | None = None,
     sliding_window: int | None = None,
     logits_soft_cap: float | None = None,
+    kv_layout: str = "page_major",
     implementation: str | None = None,
     config=None,
     interpret: bool = False,
@@ -29,13 +30,18 @@ def ragged_paged_attention(
 
     Args:
       q: [T, Hq, D] new tokens of all sequences, concatenated by `query_start_loc`.
-      k_pages, v_pages: [num_pages, page_size, Hkv, D] cache (already holding the new tokens).
+      k_pages, v_pages: the cache (already holding the new tokens), [num_pages, page_size,
+        Hkv, D] with kv_layout="page_major" (the default) or [Hkv, num_pages, page_size, D]
+        with kv_layout="head_major".
       kv_lens: int [S] cached tokens per sequence (including the new ones).
       block_tables: int [S, pages_per_seq] page ids per sequence (entries past the last used
         page are ignored, so -1 holes are fine).
       query_start_loc: int [S + 1] cumulative query rows (row offsets of each sequence in q).
       num_seqs: optional int scalar: live sequences; the rest are padding (output 0).
       scale, sliding_window, logits_soft_cap: as for `attention`.
+      kv_layout: "page_major" or "head_major" (the XLA implementation only: the Pallas
+        kernels read page-major; on CPU, where XLA runs, head-major saves a transposed copy
+        of every page read).
       implementation, config, interpret: as for `attention`.
 
     Returns:
@@ -44,7 +50,12 @@ def ragged_paged_attention(
     Example:
       >>> out = ragged_paged_attention(q, k_pages, v_pages, kv_lens, block_tables, cu_q_lens)
     """
-    base.validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc)
-    options = dict(scale=scale, sliding_window=sliding_window, logits_soft_cap=logits_soft_cap)
+    base.validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, kv_layout)
+    options = dict(
+        scale=scale,
+        sliding_window=sliding_window,
+        logits_soft_cap=logits_soft_cap,
+        kv_layout=kv_layout,
+    )
     arrays = (q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs)
     return dispatch.Call(OP, arrays, options, implementation, config, interpret)

@@ -4,8 +4,11 @@ Inputs (vLLM-style, the layout jaxstack.serving's paged cache uses):
 
 - `q` [T, Hq, D]: the new tokens of all sequences, concatenated; sequence s owns rows
   `query_start_loc[s] : query_start_loc[s + 1]` (a prefill chunk, or 1 row for a decode);
-- `k_pages`, `v_pages` [num_pages, page_size, Hkv, D]: the cache, already holding the new
-  tokens' keys and values;
+- `k_pages`, `v_pages`: the cache, already holding the new tokens' keys and values, in one
+  of two layouts (`kv_layout`): "page_major" [num_pages, page_size, Hkv, D] (vLLM's, the
+  default) or "head_major" [Hkv, num_pages, page_size, D], where a gather of pages is already
+  in the [Hkv, pages, positions, D] order the attention matmuls read (the XLA implementation
+  then copies no transposed keys and values; the Pallas kernels read page-major only);
 - `kv_lens` [S]: tokens in each sequence's cache (including its new ones);
 - `block_tables` [S, pages_per_seq]: page ids of each sequence in order; entries past a
   sequence's last page are never read (may be -1: "holes"), pages need not be contiguous;
@@ -30,17 +33,46 @@ from jaxstack.kernlib._src.errors import ConfigError
 from jaxstack.kernlib._src.spec import spec_key
 from jaxstack.kernlib.ops.attention import base as attention_base
 
+PAGE_MAJOR, HEAD_MAJOR = "page_major", "head_major"
+LAYOUTS = {PAGE_MAJOR: "[num_pages,page_size,Hkv,D]", HEAD_MAJOR: "[Hkv,num_pages,page_size,D]"}
 
-def validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc) -> None:
+
+class CacheDims(NamedTuple):
+    num_pages: int
+    page_size: int
+    kv_heads: int
+    head_dim: int
+
+
+def cache_dims(k_pages, kv_layout: str = PAGE_MAJOR) -> CacheDims:
+    """The cache's dimensions, whichever its layout."""
+    if kv_layout == HEAD_MAJOR:
+        hkv, num_pages, page_size, d = k_pages.shape
+        return CacheDims(num_pages, page_size, hkv, d)
+    return CacheDims(*k_pages.shape)
+
+
+def page_major(pages, kv_layout: str):
+    """A cache array in the page-major layout (a transposed copy when it is head-major)."""
+    return pages.transpose(1, 2, 0, 3) if kv_layout == HEAD_MAJOR else pages
+
+
+def validate(
+    q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, kv_layout=PAGE_MAJOR
+) -> None:
+    if kv_layout not in LAYOUTS:
+        raise ConfigError(f"kv_layout must be one of {sorted(LAYOUTS)}, got {kv_layout!r}")
     if q.ndim != 3 or k_pages.ndim != 4 or k_pages.shape != v_pages.shape:
         raise ConfigError(
-            f"expected q [T,Hq,D] and k_pages, v_pages [num_pages,page_size,Hkv,D]; got q "
-            f"{q.shape}, k_pages {k_pages.shape}, v_pages {v_pages.shape}"
+            f"expected q [T,Hq,D] and k_pages, v_pages {LAYOUTS[kv_layout]} ({kv_layout}); got "
+            f"q {q.shape}, k_pages {k_pages.shape}, v_pages {v_pages.shape}"
         )
-    if q.shape[2] != k_pages.shape[3] or q.shape[1] % k_pages.shape[2]:
+    dims = cache_dims(k_pages, kv_layout)
+    if q.shape[2] != dims.head_dim or q.shape[1] % dims.kv_heads:
         raise ConfigError(
-            f"q heads {q.shape[1]} must be a multiple of kv heads {k_pages.shape[2]} and head "
-            f"dims must agree (q {q.shape[2]}, cache {k_pages.shape[3]})"
+            f"q heads {q.shape[1]} must be a multiple of kv heads {dims.kv_heads} and head "
+            f"dims must agree (q {q.shape[2]}, cache {dims.head_dim}; {kv_layout} cache "
+            f"{LAYOUTS[kv_layout]})"
         )
     s = kv_lens.shape[0]
     if block_tables.ndim != 2 or block_tables.shape[0] != s or query_start_loc.shape != (s + 1,):
@@ -48,6 +80,17 @@ def validate(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc) -> Non
             f"with kv_lens [{s}], block_tables must be [{s}, pages_per_seq] and "
             f"query_start_loc [{s + 1}]; got {block_tables.shape} and {query_start_loc.shape}"
         )
+
+
+def layout_unsupported(options) -> str | None:
+    """Why a Pallas kernel cannot run the call (its cache is head-major), or None."""
+    if options.get("kv_layout", PAGE_MAJOR) != PAGE_MAJOR:
+        return (
+            f"the Pallas kernels read a page-major cache {LAYOUTS[PAGE_MAJOR]}, not "
+            f"kv_layout={options['kv_layout']!r}; use kv_layout='page_major' or "
+            f"implementation='xla'"
+        )
+    return None
 
 
 def dtype_mismatch(q, k_pages) -> str | None:
@@ -88,7 +131,10 @@ def reference(
     q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=None, **options
 ):
     """Every page of each token's block table gathered at once: simple, and the numbers every
-    implementation is checked against. `options`: scale, sliding_window, logits_soft_cap."""
+    implementation is checked against. `options`: scale, sliding_window, logits_soft_cap,
+    kv_layout (a head-major cache is transposed to page-major first)."""
+    layout = options.pop("kv_layout", PAGE_MAJOR)
+    k_pages, v_pages = page_major(k_pages, layout), page_major(v_pages, layout)
     st = static(q, k_pages, block_tables, **options)
     t, hkv, d = q.shape[0], st.kv_heads, st.head_dim
     rows = token_rows(kv_lens, query_start_loc, num_seqs, t)
@@ -211,11 +257,11 @@ class Prepared(NamedTuple):
 
 
 def static(q, k_pages, block_tables, **options) -> Static:
-    """The shapes every implementation reads, and the options `scale`, `sliding_window`,
-    `logits_soft_cap` and `interpret` as a `Static` (other options, such as `config`, are
-    not its business)."""
+    """The shapes every implementation reads (of a cache in the layout `kv_layout`), and the
+    options `scale`, `sliding_window`, `logits_soft_cap` and `interpret` as a `Static` (other
+    options, such as `config`, are not its business)."""
     _, hq, d = q.shape
-    _, page_size, hkv, _ = k_pages.shape
+    _, page_size, hkv, _ = cache_dims(k_pages, options.get("kv_layout", PAGE_MAJOR))
     window, cap = options.get("sliding_window"), options.get("logits_soft_cap")
     return Static(
         heads=hq,
@@ -237,7 +283,8 @@ def prepare(
     `block_q` rows of one sequence and gathered."""
     st = static(q, k_pages, block_tables, **options)
     tl = tiles(kv_lens, query_start_loc, num_seqs, q.shape[0], block_q, st.page_size, st.window)
-    pages = jnp.clip(block_tables.astype(jnp.int32), 0, k_pages.shape[0] - 1)
+    num_pages = cache_dims(k_pages, options.get("kv_layout", PAGE_MAJOR)).num_pages
+    pages = jnp.clip(block_tables.astype(jnp.int32), 0, num_pages - 1)
     return Prepared(st, tl, gather_tiles(q, tl), pages)
 
 
@@ -247,6 +294,8 @@ def spec(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=N
         {
             "sliding_window": o.get("sliding_window") is not None,
             "soft_cap": o.get("logits_soft_cap") is not None,
+            # named only when head-major: the page-major keys stay what they were
+            **({"kv_layout": HEAD_MAJOR} if o.get("kv_layout") == HEAD_MAJOR else {}),
         },
     )
 

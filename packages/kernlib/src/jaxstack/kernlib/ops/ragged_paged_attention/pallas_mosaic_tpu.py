@@ -95,6 +95,8 @@ def _kernel(
 
 
 def check(q, k_pages, *args, **options) -> str | None:
+    if reason := base.layout_unsupported(options):
+        return reason
     if k_pages.shape[1] % 8:
         return f"page_size {k_pages.shape[1]} is not a multiple of 8 (TPU sublanes)"
     return base.dtype_mismatch(q, k_pages)

@@ -75,6 +75,8 @@ def _kernel(
 
 
 def check(q, k_pages, *args, **options) -> str | None:
+    if reason := base.layout_unsupported(options):
+        return reason
     ps, d = k_pages.shape[1], k_pages.shape[3]
     if ps < 16 or ps & (ps - 1):
         return f"page_size {ps} is not a power of two >= 16 (Triton tiles)"

@@ -7,6 +7,13 @@ grouped into tiles of consecutive rows of one sequence (`base.tiles`, as the Pal
 and a `while_loop` walks the block tables `chunk` pages at a time with an online softmax, only
 as far as the longest live sequence reaches (from the first page a sliding window can see): the
 work and the memory follow the tokens in the cache, not the block tables' width.
+
+The matmuls batch over (tile, kv head). A page-major cache's gathered pages are [V, chunk,
+page_size, Hkv, D]: the kv head sits between the positions and D, so XLA copies every
+gathered key and value into [V, Hkv, positions, D] order before the matmul (on CPU, about half
+of a small model's decode step). A head-major cache gathers as [Hkv, V, chunk, page_size, D],
+a free reshape from [Hkv, V, positions, D]: the loop then runs with (kv head, tile) leading,
+the queries and the softmax state transposed once outside it.
 """
 
 from __future__ import annotations
@@ -28,7 +35,9 @@ def run(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=No
     """The arguments are `base`'s (its module docstring documents them); `config` and
     `interpret` are not used."""
     st = base.static(q, k_pages, block_tables, **options)
-    num_pages, page_size, hkv, d = k_pages.shape
+    layout = options.get("kv_layout", base.PAGE_MAJOR)
+    head_major = layout == base.HEAD_MAJOR
+    num_pages, page_size, hkv, d = base.cache_dims(k_pages, layout)
     # A chunk never spans more pages than a block table holds: with short sequences (RL
     # rollouts: one page each) a full CHUNK_TOKENS chunk would gather and mask mostly padding.
     chunk = max(1, min(CHUNK_TOKENS // page_size, block_tables.shape[1]))
@@ -36,34 +45,43 @@ def run(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=No
     tables = jnp.pad(block_tables, ((0, 0), (0, width - block_tables.shape[1])))
     groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, st.window)
     q_tiles = groups.q.reshape(*groups.q.shape[:2], hkv, st.group, d)  # [V, bq, Hkv, g, D]
+    if head_major:
+        q_tiles = q_tiles.transpose(2, 0, 1, 3, 4)  # [Hkv, V, bq, g, D]
     seq_tables = tables[groups.seq]
     live = groups.last_page >= 0
     first = jnp.min(jnp.where(live, groups.first_page, width)) // chunk
     stop = (jnp.max(groups.last_page) + chunk) // chunk  # chunks up to the furthest page read
     q_pos, q_live = groups.pos[:, :, None], groups.live[:, :, None]
+    n, positions = seq_tables.shape[0], chunk * page_size
+    if head_major:
+        qk, pv = "hvqgd,hvkd->hvqgk", "hvqgk,hvkd->hvqgd"
+        gather = lambda cache, pages: cache[:, pages].reshape(hkv, n, positions, d)
+        spread = lambda mask: mask[None, :, :, None, :]  # [V, bq, K] -> [1, V, bq, 1, K]
+    else:
+        qk, pv = "vqhgd,vkhd->vqhgk", "vqhgk,vkhd->vqhgd"
+        gather = lambda cache, pages: cache[pages].reshape(n, positions, hkv, d)
+        spread = lambda mask: mask[:, :, None, None, :]  # [V, bq, K] -> [V, bq, 1, 1, K]
 
     def body(c, carry):
         row_max, denom, acc = carry
         pages = jax.lax.dynamic_slice_in_dim(seq_tables, c * chunk, chunk, axis=1)
         pages = jnp.clip(pages, 0, num_pages - 1)  # holes are masked below, never used
-        keys = k_pages[pages].reshape(pages.shape[0], chunk * page_size, hkv, d)
-        values = v_pages[pages].reshape(pages.shape[0], chunk * page_size, hkv, d)
-        logits = jnp.einsum("vqhgd,vkhd->vqhgk", q_tiles, keys, preferred_element_type=jnp.float32)
+        keys, values = gather(k_pages, pages), gather(v_pages, pages)
+        logits = jnp.einsum(qk, q_tiles, keys, preferred_element_type=jnp.float32)
         logits = attention_base.soft_cap(logits * st.scale, st.cap)
-        k_pos = c * chunk * page_size + jnp.arange(chunk * page_size, dtype=jnp.int32)
+        k_pos = c * positions + jnp.arange(positions, dtype=jnp.int32)
         mask = (k_pos <= q_pos) & q_live
         if st.window is not None:
             mask &= q_pos - k_pos < st.window
-        mask = mask[:, :, None, None, :]
+        mask = spread(mask)
         masked = jnp.where(mask, logits, attention_base.MASK_VALUE)
         new_max = jnp.maximum(row_max, jnp.max(masked, axis=-1, keepdims=True))
         unnorm = jnp.where(mask, jnp.exp(masked - new_max), 0.0)
         rescale = jnp.exp(row_max - new_max)
         denom = denom * rescale + jnp.sum(unnorm, axis=-1, keepdims=True)
         acc = acc * rescale + jnp.einsum(
-            "vqhgk,vkhd->vqhgd", unnorm.astype(values.dtype), values,
-            preferred_element_type=jnp.float32,
-        )  # fmt: skip
+            pv, unnorm.astype(values.dtype), values, preferred_element_type=jnp.float32
+        )
         return new_max, denom, acc
 
     stats = (*q_tiles.shape[:-1], 1)
@@ -74,6 +92,8 @@ def run(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=No
     )
     _, denom, acc = jax.lax.fori_loop(first, stop, body, init)
     out = acc / jnp.where(denom == 0.0, 1.0, denom)
+    if head_major:
+        out = out.transpose(1, 2, 0, 3, 4)  # [V, bq, Hkv, g, D]
     return groups.to_rows(out.reshape(*groups.q.shape)).astype(q.dtype)
 
 

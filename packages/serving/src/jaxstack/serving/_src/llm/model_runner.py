@@ -31,7 +31,7 @@ from jaxstack.serving._src.errors import InvalidInputError
 from jaxstack.serving._src.llm import sampler
 from jaxstack.serving._src.llm.block_manager import NULL_BLOCK
 from jaxstack.serving._src.llm.lora import set_adapter_rows
-from jaxstack.serving._src.llm.paged_cache import PagedKVCache
+from jaxstack.serving._src.llm.paged_cache import PagedKVCache, default_kv_layout
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
 from jaxstack.serving._src.models.batcher import default_batch_sizes
 
@@ -117,10 +117,10 @@ def num_compilations() -> int:
 
 @functools.partial(
     jax.jit,
-    static_argnames=("graphdef", "block_size", "num_top", "scores"),
+    static_argnames=("graphdef", "block_size", "kv_layout", "num_top", "scores"),
     donate_argnames=("k", "v"),
 )
-def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, num_top, scores):
+def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, kv_layout, num_top, scores):
     """One engine step's model: the flat token row through the model, float32 logits at each
     sequence's last row (and, for prompt log-probabilities, scores at every row)."""
     global _traces
@@ -136,6 +136,7 @@ def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, num_top, score
         x.query_start_loc,
         x.num_seqs,
         block_size=block_size,
+        kv_layout=kv_layout,
     )
     hidden, cache, _ = model.hidden_states(
         x.tokens[None], x.positions[None], x.segment_ids[None], cache
@@ -174,6 +175,7 @@ class ModelRunner:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_logprobs: int,
+        kv_layout: str | None = None,
     ):
         self.config = model.config
         self.model = model
@@ -187,8 +189,18 @@ class ModelRunner:
         self.row_buckets = row_buckets(max_num_seqs)
         # Steps run per (token bucket, row bucket): which programs serving actually uses.
         self.steps_by_shape: collections.Counter[tuple[int, int]] = collections.Counter()
+        self.num_blocks = num_blocks
+        self.allocate_cache(kv_layout or default_kv_layout())
+
+    def allocate_cache(self, kv_layout: str) -> None:
+        """An empty cache in the layout `kv_layout` ("head_major" or "page_major", see
+        `paged_cache`; the default follows the platform): before the first request only,
+        since whatever the cache held is dropped."""
+        self.kv_layout = kv_layout
         dtype = jnp.dtype(self.config.dtype)
-        self.k, self.v = PagedKVCache.zeros(self.config, num_blocks, block_size, dtype)
+        self.k, self.v = PagedKVCache.zeros(
+            self.config, self.num_blocks, self.block_size, dtype, kv_layout
+        )
 
     def update_weights(self, params: Any) -> None:
         """Load new parameter values (an nnx State of the same structure, shapes and dtypes)."""
@@ -341,7 +353,8 @@ class ModelRunner:
     def _step_args(self, x: StepInputs, *, scores: bool):
         """`_forward`'s arguments for one step: the weights, the cache and the inputs."""
         args = (self.graphdef_key, self.state, self.k, self.v, x)
-        return args, dict(block_size=self.block_size, num_top=self.max_logprobs, scores=scores)
+        static = dict(block_size=self.block_size, kv_layout=self.kv_layout)
+        return args, dict(static, num_top=self.max_logprobs, scores=scores)
 
     def _sampling_static(self, *, all_greedy: bool, top_k_top_p: bool) -> dict:
         return dict(

@@ -5,11 +5,22 @@ nnlib's attention layer calls `cache.attend(layer, q, k, v, ...)` per layer and
 (`q` is [1, T, heads, head_dim]: every sequence's prefill chunk or decode token, concatenated),
 so `attend` writes the new keys and values into their slots (`slot_mapping`: block id *
 block_size + offset, from the block tables) and runs kernlib's `ragged_paged_attention` over
-the layer's pages. The cache arrays are [layers, num_blocks * block_size, kv_heads, head_dim]:
-a slot-major layout makes the write one scatter (in place: the engine donates the cache) and
-is a free reshape of the [layers * num_blocks, block_size, ...] pages the kernel reads, where
-layer l's pages are l * num_blocks + its block ids. Nothing in a step is proportional to the
-cache's capacity: the kernel reads the pages of the live tokens only.
+the layer's pages. The cache has one of kernlib's two layouts (`kv_layout`):
+
+- "head_major" (on CPU, where kernlib's XLA implementation runs): [kv_heads, layers,
+  num_blocks * block_size, head_dim], a free reshape of the [kv_heads, layers * num_blocks,
+  block_size, head_dim] pages the kernel reads. Gathered pages come out in the order the
+  attention matmuls read them: no transposed copy of every key and value read, which was
+  half the op time of a small model's decode step.
+- "page_major" (on GPU and TPU, where the Pallas kernels read vLLM's layout): [layers,
+  num_blocks * block_size, kv_heads, head_dim], a free reshape of [layers * num_blocks,
+  block_size, kv_heads, head_dim] pages.
+
+Either way layer l's pages are l * num_blocks + its block ids in that array of every layer's
+pages, so the kernel reads the cache where it lies (`cache[layer]` would be a slice that XLA
+copies out: a whole layer's cache per layer and step), and the write is one scatter (in
+place: the engine donates the cache). Nothing in a step is proportional to the cache's
+capacity: the kernel reads the pages of the live tokens only.
 """
 
 from __future__ import annotations
@@ -26,6 +37,14 @@ from jaxstack import kernlib
 # again and its step shape would compile twice (once at warm-up, once serving).
 ragged_paged_attention = kernlib.ragged_paged_attention
 
+PAGE_MAJOR, HEAD_MAJOR = "page_major", "head_major"
+
+
+def default_kv_layout() -> str:
+    """Head-major where kernlib runs its XLA implementation (CPU), page-major where its Pallas
+    kernels do (GPU, TPU: they read page-major only)."""
+    return HEAD_MAJOR if jax.default_backend() == "cpu" else PAGE_MAJOR
+
 
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
@@ -38,25 +57,37 @@ class PagedKVCache:
     query_start_loc: jax.Array  # [S + 1]
     num_seqs: jax.Array  # [] live sequences; the rest are padding
     block_size: int = dataclasses.field(metadata=dict(static=True), default=16)
+    kv_layout: str = dataclasses.field(metadata=dict(static=True), default=PAGE_MAJOR)
 
     @staticmethod
-    def zeros(config, num_blocks: int, block_size: int, dtype) -> tuple[jax.Array, jax.Array]:
-        """Empty k and v arrays for an nnlib ModelConfig."""
-        shape = (config.num_layers, num_blocks * block_size, config.num_kv_heads, config.head_dim)
+    def zeros(
+        config, num_blocks: int, block_size: int, dtype, kv_layout: str = PAGE_MAJOR
+    ) -> tuple[jax.Array, jax.Array]:
+        """Empty k and v arrays for an nnlib ModelConfig, in the layout `kv_layout`."""
+        layers, slots = config.num_layers, num_blocks * block_size
+        heads, dim = config.num_kv_heads, config.head_dim
+        if kv_layout == HEAD_MAJOR:
+            shape = (heads, layers, slots, dim)
+        else:
+            shape = (layers, slots, heads, dim)
         return jnp.zeros(shape, dtype), jnp.zeros(shape, dtype)
 
     def attend(
         self, layer, q, k, v, *, positions, segment_ids, sliding_window, logits_soft_cap, scale
     ):
         del positions, segment_ids  # the block tables and query_start_loc carry both
-        new_k = self.k.at[layer, self.slot_mapping].set(k[0].astype(self.k.dtype))
-        new_v = self.v.at[layer, self.slot_mapping].set(v[0].astype(self.v.dtype))
-        layers, slots, kv_heads, head_dim = self.k.shape
+        k, v = k[0].astype(self.k.dtype), v[0].astype(self.v.dtype)  # [T, kv_heads, head_dim]
+        if self.kv_layout == HEAD_MAJOR:
+            kv_heads, layers, slots, head_dim = self.k.shape
+            new_k = self.k.at[:, layer, self.slot_mapping].set(k.swapaxes(0, 1))
+            new_v = self.v.at[:, layer, self.slot_mapping].set(v.swapaxes(0, 1))
+            pages = (kv_heads, layers * (slots // self.block_size), self.block_size, head_dim)
+        else:
+            layers, slots, kv_heads, head_dim = self.k.shape
+            new_k = self.k.at[layer, self.slot_mapping].set(k)
+            new_v = self.v.at[layer, self.slot_mapping].set(v)
+            pages = (layers * (slots // self.block_size), self.block_size, kv_heads, head_dim)
         num_pages = slots // self.block_size
-        # Every layer's pages as one [layers * num_pages, ...] array (a bitcast of the cache)
-        # and this layer's block tables offset into it: `new_k[layer]` would be a slice that
-        # XLA copies out, a whole layer's cache per layer and step.
-        pages = (layers * num_pages, self.block_size, kv_heads, head_dim)
         out = ragged_paged_attention(
             q[0],
             new_k.reshape(pages),
@@ -68,6 +99,7 @@ class PagedKVCache:
             scale=scale,
             sliding_window=sliding_window,
             logits_soft_cap=logits_soft_cap,
+            kv_layout=self.kv_layout,
         )
         return out[None], dataclasses.replace(self, k=new_k, v=new_v)
 
