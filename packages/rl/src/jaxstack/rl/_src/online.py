@@ -92,6 +92,7 @@ class Rollouter:
             ),
             max_num_seqs=min(256, config.base.data.batch_size * group),
             seed=config.base.train.seed,
+            prefill_tokens=config.base.data.batch_size * group * longest,
         )
 
     def greedy_fn(self, params: Any) -> Callable[[Sequence[str]], list[str]]:
