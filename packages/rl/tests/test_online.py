@@ -14,8 +14,10 @@ from flax import nnx
 
 from jaxstack import nnlib, rl
 from jaxstack.rl._src.encode import Encoder, build_chat_template, sequence_batch
-from jaxstack.rl._src.placement import place_role
+from jaxstack.rl._src.online import Rollouter
+from jaxstack.rl._src.placement import place_role, place_roles
 from jaxstack.rl._src.policy import build_policy
+from jaxstack.rl._src.rewards import as_rewards
 from jaxstack.rl._src.rollout import EngineSampler
 from jaxstack.trainer import read_jsonl
 
@@ -239,3 +241,19 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_metrics(online_setup, a
     assert whole[steps]["reward"] != whole[1]["reward"]  # the policy moved
     for step in whole:
         assert resumed[step] == whole[step], step
+
+
+def test_a_round_of_prompts_is_prefilled_in_one_engine_step(tiny):
+    from jaxstack.serving import SamplingParams
+
+    config = rl.load_config("grpo", "tiny-grpo", tiny)  # 16 prompts x 8 completions a round
+    policy = build_policy(config)
+    rollouter = Rollouter(config, policy, as_rewards(config.rewards), place_roles(config))
+    engine = rollouter.sampler.llm.engine
+    prompts = [rollouter.prompt_ids[i] for i in rollouter.order[0]]
+    assert sum(len(p) for p in prompts) * 8 > 256  # more than the engine's smallest budget
+    for prompt in prompts:
+        engine.add_request([int(t) for t in prompt], SamplingParams(n=8, max_tokens=4, seed=1))
+    first = engine.step()  # one step prefills all 128 sequences and samples their first token
+    assert len(first) == 128
+    assert all(len(update.new_token_ids) == 1 for update in first)

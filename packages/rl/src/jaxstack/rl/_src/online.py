@@ -35,7 +35,14 @@ from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
 from jaxstack.rl._src.rewards import Reward, as_rewards, score
 from jaxstack.rl._src.rollout import EngineSampler
-from jaxstack.rl._src.run import Evaluate, Run, RunResult, initial_state, optimizer
+from jaxstack.rl._src.run import (
+    Evaluate,
+    Run,
+    RunResult,
+    host_allocator,
+    initial_state,
+    optimizer,
+)
 from jaxstack.rl._src.sft import export_model, require_data
 
 
@@ -85,6 +92,7 @@ class Rollouter:
             ),
             max_num_seqs=min(256, config.base.data.batch_size * group),
             seed=config.base.train.seed,
+            prefill_tokens=config.base.data.batch_size * group * longest,
         )
 
     def greedy_fn(self, params: Any) -> Callable[[Sequence[str]], list[str]]:
@@ -171,6 +179,7 @@ def _online_run(
         raise ConfigError(
             f"{config.algorithm} updates on whole rollout batches; set train.grad_accum=1"
         )
+    host_allocator(config)
     roles = place_roles(config)
     policy = build_policy(config)
     rollouter = Rollouter(config, policy, reward_list, roles)

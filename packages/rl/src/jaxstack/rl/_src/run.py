@@ -112,6 +112,19 @@ def initial_state(params: Any, tx: Any) -> dict[str, Any]:
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
 
+def host_allocator(config: RLConfig) -> str:
+    """Applies `train.host_allocator` to this process; returns the setting in force.
+
+    XLA:CPU mallocs each step's temporaries, and under glibc's own rules a tiny GRPO iteration
+    paged ~9,000 freshly zeroed pages back in ("retain" keeps them: docs/rl.md). "auto" is the
+    CPU flags' guess here (the trainer's loop times both instead). Each algorithm calls this
+    before its first JAX computation: threads that have malloc'd keep their own arenas.
+    """
+    from jaxstack.xprof_lite import set_host_allocator
+
+    return set_host_allocator(config.base.train.host_allocator)
+
+
 class Run:
     """Run directory, ckptlib checkpoints (with preemption), JSONL/TensorBoard metrics."""
 
@@ -121,6 +134,7 @@ class Run:
 
         self.config = config
         base = config.base
+        self.host_allocator = host_allocator(config)  # the algorithms applied it at their start
         self.dir = pathlib.Path(base.log.run_dir or default_run_dir(config.algorithm))
         self.dir.mkdir(parents=True, exist_ok=True)
         config.save(self.dir / "config.yaml")
@@ -222,7 +236,11 @@ class Run:
         )
 
     def _summary(self, step: int, history: list[dict[str, float]], wall: float) -> dict[str, Any]:
-        out: dict[str, Any] = {"final_step": step, "wall_s": wall}
+        out: dict[str, Any] = {
+            "final_step": step,
+            "wall_s": wall,
+            "host_allocator": self.host_allocator,
+        }
         if history:
             out["first_loss"] = history[0]["loss"]
             out["final_loss"] = history[-1]["loss"]

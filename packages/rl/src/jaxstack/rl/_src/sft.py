@@ -17,7 +17,15 @@ from jaxstack.rl._src.encode import trim_padding
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.policy import build_policy
 from jaxstack.rl._src.records import read_sft_records
-from jaxstack.rl._src.run import Evaluate, Run, RunResult, StopFn, initial_state, optimizer
+from jaxstack.rl._src.run import (
+    Evaluate,
+    Run,
+    RunResult,
+    StopFn,
+    host_allocator,
+    initial_state,
+    optimizer,
+)
 
 
 def require_data(config: RLConfig) -> str:
@@ -48,6 +56,7 @@ def sft(
     from jaxstack import datalib, trainer
 
     records = read_sft_records(require_data(config))
+    host_allocator(config)
     policy = build_policy(config)
     encoder = policy.encoder()
     documents = [encoder.sft_document(r, config.sft.train_on) for r in records]
