@@ -179,11 +179,11 @@ def _online_run(
         raise ConfigError(
             f"{config.algorithm} updates on whole rollout batches; set train.grad_accum=1"
         )
-    host_allocator(config)
+    allocator = host_allocator(config)
     roles = place_roles(config)
     policy = build_policy(config)
     rollouter = Rollouter(config, policy, reward_list, roles)
-    run = Run(config)
+    run = Run(config, allocator)
     try:
         update = make_update(policy, roles)
         start, state, _ = run.restore(update.initial_state())

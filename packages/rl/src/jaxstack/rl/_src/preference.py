@@ -129,7 +129,7 @@ def orpo(config: RLConfig) -> RunResult:
 def _preference(config: RLConfig) -> RunResult:
     from jaxstack import trainer
 
-    host_allocator(config)
+    allocator = host_allocator(config)
     policy = build_policy(config)
     pairs = encode_pairs(config, policy)
     batch_size = config.base.data.batch_size
@@ -142,7 +142,7 @@ def _preference(config: RLConfig) -> RunResult:
     order = shuffled_batches(len(pairs["chosen_tokens"]), batch_size, config.base.data.seed)
     tx = optimizer(config, policy.params)
     train_step = jax.jit(trainer.make_train_step(loss_fn, tx), donate_argnums=0)
-    run = Run(config)
+    run = Run(config, allocator)
     try:
         start, state, _ = run.restore(initial_state(policy.params, tx))
 

@@ -128,13 +128,15 @@ def host_allocator(config: RLConfig) -> str:
 class Run:
     """Run directory, ckptlib checkpoints (with preemption), JSONL/TensorBoard metrics."""
 
-    def __init__(self, config: RLConfig):
+    def __init__(self, config: RLConfig, allocator: str):
+        """`allocator`: the host allocator the algorithm applied at its start (`host_allocator`),
+        recorded in the summary."""
         from jaxstack import ckptlib
         from jaxstack.trainer import MetricsLog
 
         self.config = config
         base = config.base
-        self.host_allocator = host_allocator(config)  # the algorithms applied it at their start
+        self.host_allocator = allocator
         self.dir = pathlib.Path(base.log.run_dir or default_run_dir(config.algorithm))
         self.dir.mkdir(parents=True, exist_ok=True)
         config.save(self.dir / "config.yaml")

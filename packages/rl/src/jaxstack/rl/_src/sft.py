@@ -56,7 +56,7 @@ def sft(
     from jaxstack import datalib, trainer
 
     records = read_sft_records(require_data(config))
-    host_allocator(config)
+    allocator = host_allocator(config)
     policy = build_policy(config)
     encoder = policy.encoder()
     documents = [encoder.sft_document(r, config.sft.train_on) for r in records]
@@ -75,7 +75,7 @@ def sft(
         trainer.make_train_step(loss_fn, tx, grad_accum=config.base.train.grad_accum),
         donate_argnums=0,
     )
-    run = Run(config)
+    run = Run(config, allocator)
     try:
         start, state, data_state = run.restore(initial_state(policy.params, tx))
         if data_state is not None:
