@@ -764,3 +764,45 @@ def test_documents_and_template_variables_reach_the_chat_template(tiny_lm_config
         assert "sets messages, which the request's own fields set" in answer["error"]["message"]
     finally:
         s.close()
+
+
+def test_a_step_reaches_the_event_loop_in_one_call(tiny_lm_config):
+    """The engine thread hands the event loop a step's deltas (of every request) together,
+    in one `call_soon_threadsafe`, not one call per sequence: the loop wakes once a step."""
+    config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64)
+    llm_engine = LLMEngine(nnlib.Transformer(tiny_lm_config, rngs=nnx.Rngs(0)), TOKENIZER, config)
+    engine = AsyncEngine(llm_engine)
+    params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
+
+    async def run() -> tuple[list, list[list]]:
+        loop = asyncio.get_running_loop()
+        calls = []
+        real = loop.call_soon_threadsafe
+
+        def counting(callback, *args, **kw):
+            calls.append(callback)
+            return real(callback, *args, **kw)
+
+        loop.call_soon_threadsafe = counting
+        queues = [asyncio.Queue() for _ in range(4)]
+        for i, queue in enumerate(queues):
+            engine.submit(TOKENIZER.encode(f"prompt {i}"), params, queue, 0)
+        got = []
+        for queue in queues:
+            deltas = [await queue.get()]
+            while deltas[-1].finish_reason is None:
+                deltas.append(await queue.get())
+            got.append(deltas)
+        return calls, got
+
+    engine.start()
+    try:
+        calls, got = asyncio.run(run())
+    finally:
+        engine.shutdown()
+    assert [sum(len(d.token_ids) for d in deltas) for deltas in got] == [6] * 4
+    # Every step has deltas for the loop (the first request's prefill may run alone before
+    # the others arrive): one hand-off each, for 24 deltas.
+    steps = sum(llm_engine.runner.steps_by_shape.values())
+    assert steps <= 9
+    assert len(calls) == steps

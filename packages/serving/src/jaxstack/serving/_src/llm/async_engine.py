@@ -3,7 +3,9 @@
 Handlers `submit` a prompt and read `Delta`s (new tokens and text of one sequence) from an
 asyncio queue; `abort` cancels (a client that went away). All engine state is touched only by
 the engine thread: submissions and aborts reach it through an inbox it drains between steps,
-and results go back with `loop.call_soon_threadsafe`, as snapshots rather than live objects.
+and results go back as snapshots rather than live objects, a step's together: one
+`loop.call_soon_threadsafe` per event loop and step (not one per sequence), which puts every
+Delta of the step on its request's queue.
 A request the engine fails (see LLMEngine.step) gets a `RequestFailedError` on its queue;
 the thread and every other request carry on.
 """
@@ -44,6 +46,12 @@ class _Route:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
 
+def _put_all(items: list[tuple[asyncio.Queue, object]]) -> None:
+    """On the event loop: hand one step's items to their queues."""
+    for queue, item in items:
+        queue.put_nowait(item)
+
+
 @dataclasses.dataclass(frozen=True)
 class Delta:
     """What one step produced for one sequence of a submitted prompt."""
@@ -67,6 +75,8 @@ class AsyncEngine:
         self._inbox: collections.deque = collections.deque()
         self._wake = threading.Condition()
         self._routes: dict[str, _Route] = {}
+        # What the engine thread has for the handlers, by event loop, until `_send_out`.
+        self._outbox: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Queue, object]]] = {}
         self._last_token: dict[str, float] = {}
         self._ids = itertools.count()
         self._stop = False
@@ -138,15 +148,28 @@ class AsyncEngine:
                     self._inbox.clear()
                 for command in commands:
                     self._apply(command)
+                self._send_out()
                 if self.engine.has_unfinished():
                     for update in self.engine.step():
                         self._deliver(update)
+                    self._send_out()
                 self.metrics.count(self.engine.stats())
         except BaseException as e:  # the thread must not die silently
             logger.exception("the LLM engine failed")
             self.error = e
+            self._send_out()
             for route in self._routes.values():
                 route.put(e)
+
+    def _post_to(self, route: _Route, item) -> None:
+        """Queue `item` for `route`'s handler; it leaves with the step's others."""
+        self._outbox.setdefault(route.loop, []).append((route.queue, item))
+
+    def _send_out(self) -> None:
+        """One call per event loop hands it everything queued since the last call."""
+        outbox, self._outbox = self._outbox, {}
+        for loop, items in outbox.items():
+            loop.call_soon_threadsafe(_put_all, items)
 
     def _apply(self, command: tuple) -> None:
         if command[0] == "abort":
@@ -170,11 +193,12 @@ class AsyncEngine:
         if route is None:
             return
         logger.error("the engine failed request %s", request_id, exc_info=error)
-        route.put(
+        self._post_to(
+            route,
             RequestFailedError(
                 f"the engine failed this request ({type(error).__name__}: {error}); the "
                 "server goes on serving others"
-            )
+            ),
         )
 
     def _deliver(self, update: SequenceUpdate) -> None:
@@ -218,4 +242,4 @@ class AsyncEngine:
             route.unfinished -= 1
             if not route.unfinished:
                 del self._routes[seq.request_id]
-        route.put(delta)
+        self._post_to(route, delta)
