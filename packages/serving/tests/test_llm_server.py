@@ -766,21 +766,26 @@ def test_documents_and_template_variables_reach_the_chat_template(tiny_lm_config
         s.close()
 
 
-def test_a_step_reaches_the_event_loop_in_one_call(tiny_lm_config):
+def test_a_step_reaches_the_event_loop_in_one_call_as_the_next_step_launches(tiny_lm_config):
     """The engine thread hands the event loop a step's deltas (of every request) together,
-    in one `call_soon_threadsafe`, not one call per sequence: the loop wakes once a step."""
+    in one `call_soon_threadsafe`, not one call per sequence; and while another step follows,
+    only once that step's inputs are ready and its model is launched (so the loop's HTTP work
+    runs beside the model). The last step's deltas leave at once."""
     config = EngineConfig(max_num_seqs=8, max_num_batched_tokens=64)
     llm_engine = LLMEngine(nnlib.Transformer(tiny_lm_config, rngs=nnx.Rngs(0)), TOKENIZER, config)
     engine = AsyncEngine(llm_engine)
     params = SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True)
 
-    async def run() -> tuple[list, list[list]]:
+    def launched() -> int:
+        return sum(llm_engine.runner.steps_by_shape.values())
+
+    async def run() -> tuple[list[int], list[list]]:
         loop = asyncio.get_running_loop()
-        calls = []
+        handoffs = []  # steps launched at each hand-off
         real = loop.call_soon_threadsafe
 
         def counting(callback, *args, **kw):
-            calls.append(callback)
+            handoffs.append(launched())
             return real(callback, *args, **kw)
 
         loop.call_soon_threadsafe = counting
@@ -793,16 +798,17 @@ def test_a_step_reaches_the_event_loop_in_one_call(tiny_lm_config):
             while deltas[-1].finish_reason is None:
                 deltas.append(await queue.get())
             got.append(deltas)
-        return calls, got
+        return handoffs, got
 
     engine.start()
     try:
-        calls, got = asyncio.run(run())
+        handoffs, got = asyncio.run(run())
     finally:
         engine.shutdown()
     assert [sum(len(d.token_ids) for d in deltas) for deltas in got] == [6] * 4
     # Every step has deltas for the loop (the first request's prefill may run alone before
-    # the others arrive): one hand-off each, for 24 deltas.
-    steps = sum(llm_engine.runner.steps_by_shape.values())
+    # the others arrive): one hand-off each, for 24 deltas; step k's leave as step k + 1 is
+    # launched, the last step's right after it.
+    steps = launched()
     assert steps <= 9
-    assert len(calls) == steps
+    assert handoffs == [*range(2, steps + 1), steps]

@@ -5,7 +5,10 @@ asyncio queue; `abort` cancels (a client that went away). All engine state is to
 the engine thread: submissions and aborts reach it through an inbox it drains between steps,
 and results go back as snapshots rather than live objects, a step's together: one
 `loop.call_soon_threadsafe` per event loop and step (not one per sequence), which puts every
-Delta of the step on its request's queue.
+Delta of the step on its request's queue. While more steps follow, a step's Deltas leave when
+the next step's inputs are ready, right before its model program is launched: the event
+loop's per-token work (SSE chunks, socket writes) then runs while the model computes, instead
+of contending for the GIL with this thread's preparation of the next step.
 A request the engine fails (see LLMEngine.step) gets a `RequestFailedError` on its queue;
 the thread and every other request carry on.
 """
@@ -82,6 +85,7 @@ class AsyncEngine:
         self._stop = False
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._loop, name="llm-engine", daemon=True)
+        engine.runner.before_launch = self._send_out
 
     def start(self) -> None:
         self._thread.start()
@@ -148,11 +152,13 @@ class AsyncEngine:
                     self._inbox.clear()
                 for command in commands:
                     self._apply(command)
-                self._send_out()
                 if self.engine.has_unfinished():
-                    for update in self.engine.step():
+                    updates = self.engine.step()  # sends the previous step's at its launch
+                    self._send_out()  # a step that launched nothing (none scheduled, failed)
+                    for update in updates:
                         self._deliver(update)
-                    self._send_out()
+                if not self.engine.has_unfinished():
+                    self._send_out()  # no next step to wait for
                 self.metrics.count(self.engine.stats())
         except BaseException as e:  # the thread must not die silently
             logger.exception("the LLM engine failed")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
@@ -189,6 +190,11 @@ class ModelRunner:
         self.row_buckets = row_buckets(max_num_seqs)
         # Steps run per (token bucket, row bucket): which programs serving actually uses.
         self.steps_by_shape: collections.Counter[tuple[int, int]] = collections.Counter()
+        # Called with no arguments once a step's inputs are ready, right before its model
+        # program is launched: the server hands the previous step's results to its event
+        # loop there, so that their HTTP work runs beside the model, not beside this
+        # thread's input preparation (both need the GIL).
+        self.before_launch: Callable[[], None] | None = None
         self.num_blocks = num_blocks
         self.allocate_cache(kv_layout or default_kv_layout())
 
@@ -341,6 +347,8 @@ class ModelRunner:
 
     def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, top_k_top_p=True, scores=False):
         args, static = self._step_args(x, scores=scores)
+        if self.before_launch is not None:
+            self.before_launch()
         logits, prompt, self.k, self.v = _forward(*args, **static)
         inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
         static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
