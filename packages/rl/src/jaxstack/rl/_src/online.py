@@ -29,7 +29,7 @@ from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
 from jaxstack.rl._src.errors import ConfigError
-from jaxstack.rl._src.logprobs import token_logprobs
+from jaxstack.rl._src.logprobs import completion_logprobs, token_logprobs
 from jaxstack.rl._src.placement import Placement, place_roles
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
@@ -218,16 +218,23 @@ class GrpoUpdate:
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
         self.on_policy = g.updates_per_iteration == 1
-        self.logprobs = jax.jit(partial(token_logprobs, policy.apply, temperature=temperature))
+        # Log-probs at the completion positions only (a completion has at most max_new_tokens
+        # tokens): the output projection and softmax skip the prompt positions.
+        width = config.rollout.max_new_tokens
+        self.logprobs = jax.jit(
+            lambda params, batch: completion_logprobs(
+                policy.apply, params, batch, width, temperature
+            )[0]
+        )
 
         def loss_fn(params, batch):
-            logps = token_logprobs(policy.apply, params, batch, temperature)
+            logps, mask = completion_logprobs(policy.apply, params, batch, width, temperature)
             return losses.grpo_loss(
                 logps,
                 jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
                 batch.get("ref_logps"),
                 batch["advantages"],
-                batch["loss_mask"],
+                mask,
                 clip_eps=g.clip_eps,
                 kl_coef=g.kl_coef,
                 loss_type=g.loss_type,
