@@ -8,14 +8,14 @@ import pytest
 from jaxstack import rl
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.encode import sequence_batch, trim_padding
-from jaxstack.rl._src.logprobs import completion_logprobs, completion_window
+from jaxstack.rl._src.logprobs import completion_logprobs, completion_positions
 from jaxstack.rl._src.policy import build_policy
 
 
 @pytest.fixture
 def rows(tiny):
-    """A policy with random weights and rollout rows of prompts of 3-9 tokens and completions
-    of 0-4 tokens, one cut at seq_len, one dropped (its loss mask zeroed, a raising reward)."""
+    """A policy with random weights and rollout rows: prompts of 3-9 tokens, completions of
+    0-4 (one cut at seq_len), one row dropped (its loss mask zeroed, as after a raising reward)."""
     policy = build_policy(rl.load_config("grpo", None, tiny))
     keys = iter(jax.random.split(jax.random.key(0), 100))
     params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(next(keys), x.shape), policy.params)
@@ -28,32 +28,41 @@ def rows(tiny):
     return policy, params, batch
 
 
-def test_the_window_holds_every_completion_token_and_nothing_else(rows):
+def test_the_positions_are_the_loss_mask_tokens_padded_to_a_power_of_two(rows):
     _, _, batch = rows
-    index, mask = completion_window(jnp.asarray(batch["loss_mask"]), 4)
-    full = batch["loss_mask"]
-    assert np.asarray(mask).sum(axis=1).tolist() == full.sum(axis=1).tolist() == [4, 3, 0, 1, 3, 0]
-    picked = np.take_along_axis(full, np.asarray(index), axis=1) * np.asarray(mask)
-    assert picked.sum() == full.sum()
-    assert completion_window(jnp.asarray(batch["loss_mask"]), 40)[0].shape == (6, 11)
+    mask = batch["loss_mask"]
+    index = completion_positions(mask)
+    assert index.shape == (64,) and mask.sum() == 11
+    assert index[:11].tolist() == np.flatnonzero(mask.reshape(-1)).tolist()
+    assert (index[11:] == mask.size).all()  # padding names no position
+
+    def count(tokens, rows=64, columns=16):
+        mask = np.zeros((rows, columns), np.float32)
+        mask.reshape(-1)[:tokens] = 1.0
+        return completion_positions(mask).shape[0]
+
+    assert [count(n) for n in (0, 64, 65, 128, 129, 600)] == [64, 64, 128, 128, 256, 1024]
+    assert count(64 * 16) == count(1000) == 64 * 16  # never more than the batch's positions
+    assert count(5, rows=2, columns=16) == 32
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_completion_log_probs_equal_the_full_logits_ones(rows, temperature):
     policy, params, batch = rows
     full = np.asarray(rl.token_logprobs(policy.apply, params, batch, temperature))
-    logps, mask = completion_logprobs(policy.apply, params, batch, 4, temperature)
-    index, _ = completion_window(jnp.asarray(batch["loss_mask"]), 4)
-    mask = np.asarray(mask) > 0
-    expected = np.take_along_axis(full, np.asarray(index), axis=1)
-    np.testing.assert_allclose(np.asarray(logps)[mask], expected[mask], rtol=0, atol=1e-6)
-    assert np.abs(expected[mask]).min() > 0.01  # real log-probs, not zeros on both sides
+    batch = {**batch, "completion_index": completion_positions(batch["loss_mask"])}
+    logps = np.asarray(completion_logprobs(policy.apply, params, batch, temperature))
+    mask = batch["loss_mask"] > 0
+    np.testing.assert_allclose(logps[mask], full[mask], rtol=0, atol=1e-6)
+    assert np.abs(full[mask]).min() > 0.01  # real log-probs, not zeros on both sides
+    assert (logps[~mask] == 0.0).all()
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo"])
 def test_grpo_loss_and_gradients_are_those_of_the_full_logits(rows, loss_type):
     policy, params, batch = rows
     batch = trim_padding(batch)
+    batch = {**batch, "completion_index": completion_positions(batch["loss_mask"])}
     advantages = jnp.asarray([1.0, -0.5, 0.3, -1.0, 0.7, 2.0])
     ref_params = jax.tree.map(lambda x: 0.9 * x, params)
     settings = dict(clip_eps=0.2, kl_coef=0.04, loss_type=loss_type, max_tokens=4)
@@ -65,10 +74,10 @@ def test_grpo_loss_and_gradients_are_those_of_the_full_logits(rows, loss_type):
         return losses.grpo_loss(logps, old, ref, advantages, batch["loss_mask"], **settings)
 
     def window(p):
-        logps, mask = completion_logprobs(policy.apply, p, batch, 4, 0.7)
-        ref, _ = completion_logprobs(policy.apply, ref_params, batch, 4, 0.7)
+        logps = completion_logprobs(policy.apply, p, batch, 0.7)
+        ref = completion_logprobs(policy.apply, ref_params, batch, 0.7)
         old = jax.lax.stop_gradient(logps) + 0.1
-        return losses.grpo_loss(logps, old, ref, advantages, mask, **settings)
+        return losses.grpo_loss(logps, old, ref, advantages, batch["loss_mask"], **settings)
 
     (loss_a, metrics_a), grads_a = jax.value_and_grad(full, has_aux=True)(params)
     (loss_b, metrics_b), grads_b = jax.value_and_grad(window, has_aux=True)(params)

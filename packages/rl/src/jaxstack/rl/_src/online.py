@@ -29,7 +29,7 @@ from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
 from jaxstack.rl._src.errors import ConfigError
-from jaxstack.rl._src.logprobs import completion_logprobs, token_logprobs
+from jaxstack.rl._src.logprobs import completion_logprobs, completion_positions, token_logprobs
 from jaxstack.rl._src.placement import Placement, place_roles
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
@@ -218,23 +218,20 @@ class GrpoUpdate:
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
         self.on_policy = g.updates_per_iteration == 1
-        # Log-probs at the completion positions only (a completion has at most max_new_tokens
-        # tokens): the output projection and softmax skip the prompt positions.
-        width = config.rollout.max_new_tokens
+        # Log-probs at the completion positions only (the batch's completion_index): the
+        # output projection and softmax skip the prompt and padding positions.
         self.logprobs = jax.jit(
-            lambda params, batch: completion_logprobs(
-                policy.apply, params, batch, width, temperature
-            )[0]
+            partial(completion_logprobs, policy.apply, temperature=temperature)
         )
 
         def loss_fn(params, batch):
-            logps, mask = completion_logprobs(policy.apply, params, batch, width, temperature)
+            logps = completion_logprobs(policy.apply, params, batch, temperature)
             return losses.grpo_loss(
                 logps,
                 jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
                 batch.get("ref_logps"),
                 batch["advantages"],
-                mask,
+                batch["loss_mask"],
                 clip_eps=g.clip_eps,
                 kl_coef=g.kl_coef,
                 loss_type=g.loss_type,
@@ -254,9 +251,11 @@ class GrpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
-        batch = self.actor.put_batch(rollouts.batch)
+        rows = rollouts.batch
+        rows = {**rows, "completion_index": completion_positions(rows["loss_mask"])}
+        batch = self.actor.put_batch(rows)
         if self.ref_params is not None:
-            ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
+            ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rows))
             batch["ref_logps"] = self.actor.put_batch(ref_logps)
         if not self.on_policy:
             batch["old_logps"] = self.logprobs(state["params"], batch)
