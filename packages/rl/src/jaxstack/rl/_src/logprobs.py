@@ -29,8 +29,6 @@ def sequence_logprobs(token_logps: jax.Array, mask: jax.Array) -> jax.Array:
     return (token_logps * mask).sum(axis=-1)
 
 
-
-
 MIN_COMPLETION_TOKENS = 64
 """The fewest positions `completion_positions` lists; the count doubles from it, so the update
 compiles for a handful of counts."""

@@ -220,9 +220,7 @@ class GrpoUpdate:
         self.on_policy = g.updates_per_iteration == 1
         # Log-probs at the completion positions only (the batch's completion_index): the
         # output projection and softmax skip the prompt and padding positions.
-        self.logprobs = jax.jit(
-            partial(completion_logprobs, policy.apply, temperature=temperature)
-        )
+        self.logprobs = jax.jit(partial(completion_logprobs, policy.apply, temperature=temperature))
 
         def loss_fn(params, batch):
             logps = completion_logprobs(policy.apply, params, batch, temperature)
