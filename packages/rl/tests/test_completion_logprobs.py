@@ -8,7 +8,6 @@ import pytest
 from jaxstack import rl
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.encode import sequence_batch, trim_padding
-from jaxstack.rl._src.logprobs import completion_logprobs, completion_positions
 from jaxstack.rl._src.policy import build_policy
 
 
@@ -31,7 +30,7 @@ def rows(tiny):
 def test_the_positions_are_the_loss_mask_tokens_padded_to_a_power_of_two(rows):
     _, _, batch = rows
     mask = batch["loss_mask"]
-    index = completion_positions(mask)
+    index = rl.completion_positions(mask)
     assert index.shape == (64,) and mask.sum() == 11
     assert index[:11].tolist() == np.flatnonzero(mask.reshape(-1)).tolist()
     assert (index[11:] == mask.size).all()  # padding names no position
@@ -39,7 +38,7 @@ def test_the_positions_are_the_loss_mask_tokens_padded_to_a_power_of_two(rows):
     def count(tokens, rows=64, columns=16):
         mask = np.zeros((rows, columns), np.float32)
         mask.reshape(-1)[:tokens] = 1.0
-        return completion_positions(mask).shape[0]
+        return rl.completion_positions(mask).shape[0]
 
     assert [count(n) for n in (0, 64, 65, 128, 129, 600)] == [64, 64, 128, 128, 256, 1024]
     assert count(64 * 16) == count(1000) == 64 * 16  # never more than the batch's positions
@@ -50,8 +49,8 @@ def test_the_positions_are_the_loss_mask_tokens_padded_to_a_power_of_two(rows):
 def test_completion_log_probs_equal_the_full_logits_ones(rows, temperature):
     policy, params, batch = rows
     full = np.asarray(rl.token_logprobs(policy.apply, params, batch, temperature))
-    batch = {**batch, "completion_index": completion_positions(batch["loss_mask"])}
-    logps = np.asarray(completion_logprobs(policy.apply, params, batch, temperature))
+    batch = {**batch, "completion_index": rl.completion_positions(batch["loss_mask"])}
+    logps = np.asarray(rl.completion_logprobs(policy.apply, params, batch, temperature))
     mask = batch["loss_mask"] > 0
     np.testing.assert_allclose(logps[mask], full[mask], rtol=0, atol=1e-6)
     assert np.abs(full[mask]).min() > 0.01  # real log-probs, not zeros on both sides
@@ -62,7 +61,7 @@ def test_completion_log_probs_equal_the_full_logits_ones(rows, temperature):
 def test_grpo_loss_and_gradients_are_those_of_the_full_logits(rows, loss_type):
     policy, params, batch = rows
     batch = trim_padding(batch)
-    batch = {**batch, "completion_index": completion_positions(batch["loss_mask"])}
+    batch = {**batch, "completion_index": rl.completion_positions(batch["loss_mask"])}
     advantages = jnp.asarray([1.0, -0.5, 0.3, -1.0, 0.7, 2.0])
     ref_params = jax.tree.map(lambda x: 0.9 * x, params)
     settings = dict(clip_eps=0.2, kl_coef=0.04, loss_type=loss_type, max_tokens=4)
@@ -74,8 +73,8 @@ def test_grpo_loss_and_gradients_are_those_of_the_full_logits(rows, loss_type):
         return losses.grpo_loss(logps, old, ref, advantages, batch["loss_mask"], **settings)
 
     def window(p):
-        logps = completion_logprobs(policy.apply, p, batch, 0.7)
-        ref = completion_logprobs(policy.apply, ref_params, batch, 0.7)
+        logps = rl.completion_logprobs(policy.apply, p, batch, 0.7)
+        ref = rl.completion_logprobs(policy.apply, ref_params, batch, 0.7)
         old = jax.lax.stop_gradient(logps) + 0.1
         return losses.grpo_loss(logps, old, ref, advantages, batch["loss_mask"], **settings)
 
