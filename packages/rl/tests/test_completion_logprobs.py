@@ -86,3 +86,27 @@ def test_grpo_loss_and_gradients_are_those_of_the_full_logits(rows, loss_type):
         np.testing.assert_allclose(float(metrics_b[key]), float(metrics_a[key]), atol=1e-6)
     for a, b in zip(jax.tree.leaves(grads_a), jax.tree.leaves(grads_b), strict=True):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-6)
+
+
+def test_ppo_scores_with_the_completion_log_probs(rows, tiny):
+    """PPO's old log-probs, KL and advantages come from the completion positions' log-probs:
+    the same numbers as from the full logits."""
+    from jaxstack.rl._src.online import PpoUpdate
+    from jaxstack.rl._src.placement import place_roles
+
+    policy, params, batch = rows
+    config = rl.load_config("ppo", None, [*tiny, "rollout.temperature=0.7"])
+    update = PpoUpdate(config, policy, place_roles(config))
+    batch = {**batch, "completion_index": rl.completion_positions(batch["loss_mask"])}
+    ref_params = jax.tree.map(lambda x: 0.9 * x, params)
+    ref = update.ref_logprobs(ref_params, batch)
+    full_ref = rl.token_logprobs(policy.apply, ref_params, batch, 0.7)
+    scores = jnp.asarray([1.0, 0.0, 0.5, -1.0, 2.0, 0.3])
+    logps, _, adv, _, kl = update.prepare({**update.params, "policy": params}, batch, ref, scores)
+    full = np.asarray(rl.token_logprobs(policy.apply, params, batch, 0.7))
+    mask = batch["loss_mask"]
+    np.testing.assert_allclose(np.asarray(logps)[mask > 0], full[mask > 0], rtol=2e-6, atol=1e-6)
+    expected_kl = ((full - np.asarray(full_ref)) * mask).sum() / mask.sum()
+    assert abs(expected_kl) > 1e-3
+    np.testing.assert_allclose(float(kl), expected_kl, rtol=1e-5, atol=1e-7)
+    assert np.isfinite(np.asarray(adv)).all()

@@ -64,6 +64,14 @@ def completion_logprobs(
     x, _, _ = apply.method("hidden_states")(
         params, batch["tokens"], batch["positions"], batch["segment_ids"]
     )
+    return logprobs_at_completions(apply, params, x, batch, temperature)
+
+
+def logprobs_at_completions(
+    apply: Any, params: Any, x: jax.Array, batch: dict[str, jax.Array], temperature: float
+) -> jax.Array:
+    """`completion_logprobs` from the final hidden states `x` [B, T, d_model] (PPO's value
+    head reads them too)."""
     rows, columns = batch["targets"].shape
     index = batch["completion_index"]
     picked = jnp.minimum(index, rows * columns - 1)  # padding entries read the last position

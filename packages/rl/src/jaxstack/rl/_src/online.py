@@ -29,7 +29,11 @@ from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
 from jaxstack.rl._src.errors import ConfigError
-from jaxstack.rl._src.logprobs import completion_logprobs, completion_positions, token_logprobs
+from jaxstack.rl._src.logprobs import (
+    completion_logprobs,
+    completion_positions,
+    logprobs_at_completions,
+)
 from jaxstack.rl._src.placement import Placement, place_roles
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
@@ -316,7 +320,7 @@ class PpoUpdate:
         self.actor, self.reference = roles["actor"], roles["reference"]
         self.ref_params = self.reference.put(policy.params)
         self.ref_logprobs = jax.jit(
-            partial(token_logprobs, policy.apply, temperature=config.rollout.temperature)
+            partial(completion_logprobs, policy.apply, temperature=config.rollout.temperature)
         )
         d_model = policy.model.config.d_model
         self.params = {
@@ -325,18 +329,15 @@ class PpoUpdate:
         }
         self.tx = optimizer(config, self.params)
         hidden_states = policy.apply.method("hidden_states")
-        unembed = policy.apply.method("unembed")
         p, temperature = config.ppo, config.rollout.temperature
 
         def forward(params, batch):
-            """(token log-probs, values), both [B, T]."""
+            """(token log-probs, values), both [B, T]; the log-probs at the batch's
+            completion_index only (0 elsewhere), as GRPO's."""
             x, _, _ = hidden_states(
                 params["policy"], batch["tokens"], batch["positions"], batch["segment_ids"]
             )
-            logits = unembed(params["policy"], x).astype(jnp.float32) / temperature
-            logps = jnp.take_along_axis(
-                jax.nn.log_softmax(logits), batch["targets"][..., None], axis=-1
-            )[..., 0]
+            logps = logprobs_at_completions(policy.apply, params["policy"], x, batch, temperature)
             head = params["value_head"]
             return logps, x.astype(jnp.float32) @ head["kernel"] + head["bias"]
 
@@ -382,8 +383,10 @@ class PpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"]["policy"], iteration)
         t = time.perf_counter()
-        batch = self.actor.put_batch(rollouts.batch)
-        ref_logps = self.ref_logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
+        rows = rollouts.batch
+        rows = {**rows, "completion_index": completion_positions(rows["loss_mask"])}
+        batch = self.actor.put_batch(rows)
+        ref_logps = self.ref_logprobs(self.ref_params, self.reference.put_batch(rows))
         old_logps, old_values, adv, returns, kl = self.prepare(
             state["params"],
             batch,
