@@ -57,9 +57,9 @@ def completion_logprobs(
     The model runs over whole rows (a completion attends to its prompt), but the output
     projection and softmax, the [B, T, vocab] part of the forward and backward passes, run on
     the listed positions alone (`completion_positions`: the loss mask's tokens). A tiny GRPO
-    train step (128 rows of 16 columns, completions of <= 4 tokens, 259-token vocabulary) took
-    1.05-1.5x less time, one with a 32,000-token vocabulary 2.6x less. `apply` is nnlib's
-    `as_function` apply (its `hidden_states` and `unembed` methods).
+    train step (128 rows of 16 columns, completions of <= 4 tokens) ran 1.07-1.58x faster with
+    a 259-token vocabulary, 2.6-3.2x with 32,000 (benchmarks/rl/grpo_logprobs_ab.py). `apply`
+    is nnlib's `as_function` apply (its `hidden_states` and `unembed` methods).
     """
     x, _, _ = apply.method("hidden_states")(
         params, batch["tokens"], batch["positions"], batch["segment_ids"]

@@ -172,6 +172,16 @@ def completion_metrics(
     }
 
 
+def place_rows(
+    placement: Placement, rows: dict[str, np.ndarray], completion_index: np.ndarray
+) -> dict[str, Any]:
+    """Rollout rows on a role's mesh, split on rows, with their `completion_index` (flat
+    positions into all the rows, `completion_positions`) copied whole to every device."""
+    batch = placement.put_batch(rows)
+    batch["completion_index"] = placement.put_replicated(completion_index)
+    return batch
+
+
 def _online_run(
     config: RLConfig,
     rewards: Mapping[str, float] | Sequence[Any] | None,
@@ -253,11 +263,11 @@ class GrpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
-        rows = rollouts.batch
-        rows = {**rows, "completion_index": completion_positions(rows["loss_mask"])}
-        batch = self.actor.put_batch(rows)
+        index = completion_positions(rollouts.batch["loss_mask"])
+        batch = place_rows(self.actor, rollouts.batch, index)
         if self.ref_params is not None:
-            ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rows))
+            ref_rows = place_rows(self.reference, rollouts.batch, index)
+            ref_logps = self.logprobs(self.ref_params, ref_rows)
             batch["ref_logps"] = self.actor.put_batch(ref_logps)
         if not self.on_policy:
             batch["old_logps"] = self.logprobs(state["params"], batch)
@@ -383,10 +393,10 @@ class PpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"]["policy"], iteration)
         t = time.perf_counter()
-        rows = rollouts.batch
-        rows = {**rows, "completion_index": completion_positions(rows["loss_mask"])}
-        batch = self.actor.put_batch(rows)
-        ref_logps = self.ref_logprobs(self.ref_params, self.reference.put_batch(rows))
+        index = completion_positions(rollouts.batch["loss_mask"])
+        batch = place_rows(self.actor, rollouts.batch, index)
+        ref_rows = place_rows(self.reference, rollouts.batch, index)
+        ref_logps = self.ref_logprobs(self.ref_params, ref_rows)
         old_logps, old_values, adv, returns, kl = self.prepare(
             state["params"],
             batch,
