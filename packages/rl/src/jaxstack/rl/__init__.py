@@ -40,7 +40,12 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         ],
         "_src.encode": ["DEFAULT_CHAT_TEMPLATE"],
         "_src.errors": ["ConfigError", "Error", "RecordError", "RewardError"],
-        "_src.logprobs": ["sequence_logprobs", "token_logprobs"],
+        "_src.logprobs": [
+            "completion_logprobs",
+            "completion_positions",
+            "sequence_logprobs",
+            "token_logprobs",
+        ],
         "_src.losses": [
             "dpo_loss",
             "gae",

@@ -29,7 +29,11 @@ from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
 from jaxstack.rl._src.errors import ConfigError
-from jaxstack.rl._src.logprobs import token_logprobs
+from jaxstack.rl._src.logprobs import (
+    completion_logprobs,
+    completion_positions,
+    logprobs_at_completions,
+)
 from jaxstack.rl._src.placement import Placement, place_roles
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_prompts
@@ -168,6 +172,16 @@ def completion_metrics(
     }
 
 
+def place_rows(
+    placement: Placement, rows: dict[str, np.ndarray], completion_index: np.ndarray
+) -> dict[str, Any]:
+    """Rollout rows on a role's mesh, split on rows, with their `completion_index` (flat
+    positions into all the rows, `completion_positions`) copied whole to every device."""
+    batch = placement.put_batch(rows)
+    batch["completion_index"] = placement.put_replicated(completion_index)
+    return batch
+
+
 def _online_run(
     config: RLConfig,
     rewards: Mapping[str, float] | Sequence[Any] | None,
@@ -218,10 +232,12 @@ class GrpoUpdate:
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
         self.on_policy = g.updates_per_iteration == 1
-        self.logprobs = jax.jit(partial(token_logprobs, policy.apply, temperature=temperature))
+        # Log-probs at the completion positions only (the batch's completion_index): the
+        # output projection and softmax skip the prompt and padding positions.
+        self.logprobs = jax.jit(partial(completion_logprobs, policy.apply, temperature=temperature))
 
         def loss_fn(params, batch):
-            logps = token_logprobs(policy.apply, params, batch, temperature)
+            logps = completion_logprobs(policy.apply, params, batch, temperature)
             return losses.grpo_loss(
                 logps,
                 jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
@@ -247,9 +263,11 @@ class GrpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
-        batch = self.actor.put_batch(rollouts.batch)
+        index = completion_positions(rollouts.batch["loss_mask"])
+        batch = place_rows(self.actor, rollouts.batch, index)
         if self.ref_params is not None:
-            ref_logps = self.logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
+            ref_rows = place_rows(self.reference, rollouts.batch, index)
+            ref_logps = self.logprobs(self.ref_params, ref_rows)
             batch["ref_logps"] = self.actor.put_batch(ref_logps)
         if not self.on_policy:
             batch["old_logps"] = self.logprobs(state["params"], batch)
@@ -312,7 +330,7 @@ class PpoUpdate:
         self.actor, self.reference = roles["actor"], roles["reference"]
         self.ref_params = self.reference.put(policy.params)
         self.ref_logprobs = jax.jit(
-            partial(token_logprobs, policy.apply, temperature=config.rollout.temperature)
+            partial(completion_logprobs, policy.apply, temperature=config.rollout.temperature)
         )
         d_model = policy.model.config.d_model
         self.params = {
@@ -321,18 +339,15 @@ class PpoUpdate:
         }
         self.tx = optimizer(config, self.params)
         hidden_states = policy.apply.method("hidden_states")
-        unembed = policy.apply.method("unembed")
         p, temperature = config.ppo, config.rollout.temperature
 
         def forward(params, batch):
-            """(token log-probs, values), both [B, T]."""
+            """(token log-probs, values), both [B, T]; the log-probs at the batch's
+            completion_index only (0 elsewhere), as GRPO's."""
             x, _, _ = hidden_states(
                 params["policy"], batch["tokens"], batch["positions"], batch["segment_ids"]
             )
-            logits = unembed(params["policy"], x).astype(jnp.float32) / temperature
-            logps = jnp.take_along_axis(
-                jax.nn.log_softmax(logits), batch["targets"][..., None], axis=-1
-            )[..., 0]
+            logps = logprobs_at_completions(policy.apply, params["policy"], x, batch, temperature)
             head = params["value_head"]
             return logps, x.astype(jnp.float32) @ head["kernel"] + head["bias"]
 
@@ -378,8 +393,10 @@ class PpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"]["policy"], iteration)
         t = time.perf_counter()
-        batch = self.actor.put_batch(rollouts.batch)
-        ref_logps = self.ref_logprobs(self.ref_params, self.reference.put_batch(rollouts.batch))
+        index = completion_positions(rollouts.batch["loss_mask"])
+        batch = place_rows(self.actor, rollouts.batch, index)
+        ref_rows = place_rows(self.reference, rollouts.batch, index)
+        ref_logps = self.ref_logprobs(self.ref_params, ref_rows)
         old_logps, old_values, adv, returns, kl = self.prepare(
             state["params"],
             batch,

@@ -65,6 +65,10 @@ class Placement:
 
         return jax.device_put(batch, jax.tree.map(sharding, batch))
 
+    def put_replicated(self, x: Any) -> Any:
+        """Arrays copied whole to every device of this mesh (an index into the batch)."""
+        return jax.device_put(x, NamedSharding(self.mesh, PartitionSpec()))
+
     def data_parallel_size(self) -> int:
         axes = self.rules["batch"]
         axes = (axes,) if isinstance(axes, str) else tuple(axes or ())

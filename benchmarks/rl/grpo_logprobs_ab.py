@@ -1,0 +1,115 @@
+"""GRPO's train step and reference forward with every position's logits or the completions'.
+
+    nice -n 19 .venv/bin/python benchmarks/rl/grpo_logprobs_ab.py [--vocab 259] [--model tiny]
+        [--max-new-tokens 4] [--calls 60]
+
+A same-process A/B (the two variants called in turn, medians over the calls after the first
+5): `token_logprobs` (logits at every position, as rl 0.7.1's GRPO) against
+`completion_logprobs` (at the loss mask's positions only, rl 0.8.0's), on `tiny-grpo`'s
+model freshly initialised (`--model d256`: vs_trl.py's larger one) with a `--vocab`-token
+vocabulary, over 128 rows (16 prompts x 8 completions) shaped like vs_trl.py's `grpo` case:
+prompts of 5-12 random tokens, completions of 1 to `--max-new-tokens` (geometric lengths above
+4), in 16 columns (32 when a row needs them, as GRPO trims its rows); AdamW, GRPO's loss with
+KL. Prints both medians, the ratios and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from functools import partial
+
+TINY_GRPO = {"d_model": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 4, "head_dim": 16}
+TINY_GRPO["mlp_dim"] = 192  # the tiny-grpo preset's model
+MODELS = {  # as vs_trl.py's MODELS
+    "tiny": {},
+    "d256": {"d_model": 256, "num_layers": 4, "head_dim": 64, "mlp_dim": 768},
+}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--vocab", type=int, default=259, help="vocabulary size (byte tokenizer: 259)")
+    p.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    p.add_argument("--max-new-tokens", type=int, default=4, help="longest completion")
+    p.add_argument("--calls", type=int, default=60, help="calls of each variant (> 5)")
+    args = p.parse_args()
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+    from flax import nnx
+
+    from jaxstack import nnlib, rl
+    from jaxstack.trainer import make_train_step
+
+    longest = args.max_new_tokens
+    fields = dict(TINY_GRPO, **MODELS[args.model], vocab_size=args.vocab, max_seq_len=128)
+    model = nnlib.Transformer(nnlib.get_preset("tiny-llama").replace(**fields), rngs=nnx.Rngs(0))
+    apply, params = nnlib.as_function(model)
+    rng = np.random.default_rng(0)
+    prompts = rng.integers(5, 13, 128)
+    completions = np.minimum(
+        rng.integers(1, 5, 128) if longest <= 4 else rng.geometric(0.3, 128), longest
+    )
+    columns = 16 if (prompts + completions).max() <= 17 else 32  # as GRPO trims its rows
+    ends = prompts + completions - 1  # positions that predict a next token
+    column = np.arange(columns)[None, :]
+    real = column < ends[:, None]
+    loss_mask = (real & (column >= prompts[:, None] - 1)).astype(np.float32)
+    batch = {
+        "tokens": jnp.asarray(np.where(real, rng.integers(3, 259, (128, columns)), 0), jnp.int32),
+        "targets": jnp.asarray(np.where(real, rng.integers(3, 259, (128, columns)), 0), jnp.int32),
+        "segment_ids": jnp.asarray(real, jnp.int32),
+        "positions": jnp.asarray(np.where(real, column, 0), jnp.int32),
+        "loss_mask": jnp.asarray(loss_mask),
+        "completion_index": jnp.asarray(rl.completion_positions(loss_mask)),
+        "advantages": jnp.asarray(rng.normal(size=128), jnp.float32),
+        "ref_logps": jnp.zeros((128, columns), jnp.float32),
+    }
+    tx = optax.adamw(1e-3, weight_decay=0.0)
+    state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
+
+    def loss(logprobs):
+        def loss_fn(params, batch):
+            logps = logprobs(apply, params, batch)
+            return rl.grpo_loss(
+                logps,
+                jax.lax.stop_gradient(logps),
+                batch["ref_logps"],
+                batch["advantages"],
+                batch["loss_mask"],
+                clip_eps=0.2,
+                kl_coef=0.04,
+            )
+
+        return loss_fn
+
+    variants = {"all": rl.token_logprobs, "completions": rl.completion_logprobs}
+    calls = {}
+    for name, logprobs in variants.items():
+        calls[f"reference forward, {name}"] = (jax.jit(partial(logprobs, apply)), params)
+        calls[f"train step, {name}"] = (jax.jit(make_train_step(loss(logprobs), tx)), state)
+    times = {name: [] for name in calls}
+    for _ in range(args.calls):
+        for name, (fn, first) in calls.items():
+            t = time.perf_counter()
+            jax.block_until_ready(fn(first, batch))
+            times[name].append(time.perf_counter() - t)
+    ms = {name: statistics.median(t[5:]) * 1e3 for name, t in times.items()}
+    shape = "x".join(map(str, batch["tokens"].shape))
+    print(
+        f"model {args.model}, vocab {args.vocab}, rows {shape}, "
+        f"{int(loss_mask.sum())} completion tokens "
+        f"({batch['completion_index'].size} positions), load {os.getloadavg()[0]:.2f}"
+    )
+    for part in ("train step", "reference forward"):
+        full, ours = ms[f"{part}, all"], ms[f"{part}, completions"]
+        print(f"  {part}: all positions {full:.2f} ms, completions {ours:.2f} ms", end="")
+        print(f", {full / ours:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
