@@ -6,7 +6,12 @@ import numpy as np
 from jaxstack import rl
 from jaxstack.rl._src.encode import sequence_batch, trim_padding
 from jaxstack.rl._src.policy import build_policy
-from jaxstack.rl._src.preference import encode_pairs, make_dpo_loss, reference_logps
+from jaxstack.rl._src.preference import (
+    encode_pairs,
+    make_dpo_loss,
+    reference_logps,
+    with_completion_index,
+)
 
 
 def rows(lengths, seq_len=64):
@@ -57,8 +62,8 @@ def test_a_dpo_loss_on_the_trimmed_batch_is_the_full_batch_loss(tmp_path, write_
     # a reference a little off the policy, so the loss is not DPO's constant log 2
     pairs["ref_chosen"] = pairs["ref_chosen"] - 0.5
     loss_fn = jax.jit(make_dpo_loss(config, policy))
-    full_loss, _ = loss_fn(policy.params, pairs)
-    trimmed = trim_padding(pairs)
+    full_loss, _ = loss_fn(policy.params, with_completion_index(pairs))
+    trimmed = with_completion_index(trim_padding(pairs))
     assert trimmed["chosen_tokens"].shape[1] < pairs["chosen_tokens"].shape[1]
     trimmed_loss, _ = loss_fn(policy.params, trimmed)
     np.testing.assert_allclose(float(trimmed_loss), float(full_loss), rtol=1e-6)

@@ -20,7 +20,7 @@ import numpy as np
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_padding
-from jaxstack.rl._src.logprobs import sequence_logprobs, token_logprobs
+from jaxstack.rl._src.logprobs import completion_logprobs, completion_positions, sequence_logprobs
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_preference_records
 from jaxstack.rl._src.run import Run, RunResult, host_allocator, initial_state, optimizer
@@ -48,10 +48,24 @@ def pair_rows(batch: dict[str, jax.Array]) -> dict[str, jax.Array]:
     return {k: jnp.concatenate([batch[f"chosen_{k}"], batch[f"rejected_{k}"]]) for k in keys}
 
 
+def pair_batch(pairs: dict[str, np.ndarray], idx: np.ndarray) -> dict[str, np.ndarray]:
+    """The pairs at `idx`, cut to their longest row (`trim_padding`), with their
+    `completion_index`."""
+    return with_completion_index(trim_padding({k: v[idx] for k, v in pairs.items()}))
+
+
+def with_completion_index(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The batch with `completion_index`: the loss-mask positions of its 2B pair rows, the only
+    ones whose log-probs a step computes (`completion_logprobs`): with a prompt longer than its
+    replies, most of the [rows, columns, vocab] logits would be spent on the prompt."""
+    mask = np.concatenate([batch["chosen_loss_mask"], batch["rejected_loss_mask"]])
+    return {**batch, "completion_index": completion_positions(mask)}
+
+
 def _pair_logps(apply: Any, params: Any, batch: dict[str, jax.Array]):
-    rows = pair_rows(batch)
-    token_logps = token_logprobs(apply, params, rows)
-    return token_logps, rows["loss_mask"]
+    """Token log-probs of the pair rows at their completion positions (0 elsewhere)."""
+    rows = pair_rows(batch) | {"completion_index": batch["completion_index"]}
+    return completion_logprobs(apply, params, rows), rows["loss_mask"]
 
 
 def reference_logps(policy: Policy, pairs: dict[str, np.ndarray], batch_size: int) -> dict:
@@ -67,7 +81,7 @@ def reference_logps(policy: Policy, pairs: dict[str, np.ndarray], batch_size: in
     chosen, rejected = [], []
     for start in range(0, n, batch_size):
         idx = np.arange(start, start + batch_size) % n  # a full last batch: one compiled shape
-        c, r = score(policy.params, trim_padding({k: v[idx] for k, v in pairs.items()}))
+        c, r = score(policy.params, pair_batch(pairs, idx))
         keep = min(batch_size, n - start)
         chosen.append(np.asarray(c)[:keep])
         rejected.append(np.asarray(r)[:keep])
@@ -148,7 +162,7 @@ def _preference(config: RLConfig) -> RunResult:
 
         def step_fn(state: dict[str, Any], step: int):
             idx = np.asarray(order[step])
-            batch = trim_padding({k: v[idx] for k, v in pairs.items()})
+            batch = pair_batch(pairs, idx)
             if config.algorithm == "dpo" and config.dpo.reference == "live":
                 batch["reference_params"] = policy.params
             state, metrics = train_step(state, batch)
