@@ -27,7 +27,6 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
 import tempfile
 
@@ -35,8 +34,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 from conditions import conditions_markdown, measure_conditions  # noqa: E402
-from run import VLLM_ENV, VLLM_SHIM  # noqa: E402
-from vs_vllm import CLIENT_ARGS, LEVELS, SERVED_NAME  # noqa: E402
+from vs_vllm import run_client  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -65,19 +63,9 @@ def thread_role(pid: int, key: str) -> str:
 
 
 def bench_level(vllm_python: str, folder: str, port: int, pid: int, c: int, tmp: str) -> dict:
-    name = f"{port}-c{c}.json"
-    command = [
-        vllm_python, "-c", VLLM_SHIM, "bench", "serve", *CLIENT_ARGS,
-        "--base-url", f"http://127.0.0.1:{port}", "--model", SERVED_NAME, "--tokenizer", folder,
-        "--max-concurrency", str(c), "--num-prompts", str(LEVELS[c]),
-        "--save-result", "--result-dir", tmp, "--result-filename", name,
-    ]  # fmt: skip
     before = thread_cpu_s(pid)
-    subprocess.run(command, check=True, env={**os.environ, **VLLM_ENV}, capture_output=True)
+    result = run_client(vllm_python, folder, port, c, tmp)
     after = thread_cpu_s(pid)
-    result = json.loads(pathlib.Path(tmp, name).read_text())
-    if result["completed"] != LEVELS[c]:
-        raise RuntimeError(f"port {port} c={c}: {result['completed']} completed")
     tokens = result["total_output_tokens"]
     cpu = collections.Counter()
     for key, seconds in after.items():

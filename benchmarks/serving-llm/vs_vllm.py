@@ -77,24 +77,31 @@ def write_model(folder: pathlib.Path) -> None:
     )
 
 
-def bench_level(
-    vllm_python: str, folder: pathlib.Path, server: dict, concurrency: int, out: pathlib.Path
-) -> dict:
-    """One `vllm bench serve` run against one server; its numbers and the server's CPU time."""
-    name = f"{server['name']}-c{concurrency}.json"
+def run_client(vllm_python: str, folder: pathlib.Path, port: int, concurrency: int, out) -> dict:
+    """One `vllm bench serve` run of the workload against the server on `port`: its result
+    (vLLM's JSON), every request completed."""
+    name = f"{port}-c{concurrency}.json"
     command = [
         vllm_python, "-c", VLLM_SHIM, "bench", "serve", *CLIENT_ARGS,
-        "--base-url", f"http://127.0.0.1:{server['port']}", "--model", SERVED_NAME,
+        "--base-url", f"http://127.0.0.1:{port}", "--model", SERVED_NAME,
         "--tokenizer", str(folder), "--max-concurrency", str(concurrency),
         "--num-prompts", str(LEVELS[concurrency]),
         "--save-result", "--result-dir", str(out), "--result-filename", name,
     ]  # fmt: skip
-    cpu_before = tree_cpu_s(server["proc"].pid)
     subprocess.run(command, check=True, env={**os.environ, **VLLM_ENV}, capture_output=True)
-    cpu_s = tree_cpu_s(server["proc"].pid) - cpu_before
-    result = json.loads((out / name).read_text())
+    result = json.loads(pathlib.Path(out, name).read_text())
     if result["completed"] != LEVELS[concurrency]:
-        raise RuntimeError(f"{server['name']} c={concurrency}: {result['completed']} completed")
+        raise RuntimeError(f"port {port} c={concurrency}: {result['completed']} completed")
+    return result
+
+
+def bench_level(
+    vllm_python: str, folder: pathlib.Path, server: dict, concurrency: int, out: pathlib.Path
+) -> dict:
+    """One client run against one server; its numbers and the server's CPU time."""
+    cpu_before = tree_cpu_s(server["proc"].pid)
+    result = run_client(vllm_python, folder, server["port"], concurrency, out)
+    cpu_s = tree_cpu_s(server["proc"].pid) - cpu_before
     return {
         "concurrency": concurrency,
         "prompts": result["completed"],
