@@ -72,7 +72,10 @@ def test_binary_inputs_and_outputs_equal_direct_jit(http, zoo):
                                   "parameters": {"binary_data_size": 60}}]  # fmt: skip
     assert len(raw) == int(headers[HEADER.lower()]) + 60
     expected = np.asarray(jax.jit(zoo.mlp)(zoo.init_mlp(1), x))
-    np.testing.assert_array_equal(split_response(raw, headers)["output_0"], expected)
+    # The server runs the batch padded to its bucket: the last bit may differ on some CPUs
+    # (AVX2-only), any byte out of place would not.
+    got = split_response(raw, headers)["output_0"]
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
 def test_binary_and_json_tensors_mix_in_one_request(http, zoo):
