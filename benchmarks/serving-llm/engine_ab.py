@@ -17,6 +17,7 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py int8-c1    # weight-only int8, d=512
     .venv/bin/python benchmarks/serving-llm/engine_ab.py sampler-c32  # the sampling program
     .venv/bin/python benchmarks/serving-llm/engine_ab.py kvlayout-c8  # page- vs head-major cache
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py async-c32  # async scheduling on/off
 
 A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
@@ -216,6 +217,20 @@ SUITES = {
         f"defaults-c{c}": (
             c,
             {"defaults": (dict(max_model_len=2048, max_num_batched_tokens=2048), SAMPLED)},
+        )
+        for c in (1, 8, 32)
+    },
+    # Async scheduling (vLLM V1's): each step launched before the previous one is recorded.
+    **{
+        f"async-c{c}": (
+            c,
+            {
+                f"async_scheduling={on}": (
+                    dict(max_model_len=2048, max_num_batched_tokens=2048, async_scheduling=on),
+                    SAMPLED,
+                )
+                for on in (False, True)
+            },
         )
         for c in (1, 8, 32)
     },

@@ -103,7 +103,8 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         self.update_hashes(seq)
-        full = seq.num_computed_tokens // self.block_size
+        # A token still on the device (async scheduling) is computed but not yet known.
+        full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
         for block, key in zip(seq.block_ids[:full], seq.block_hashes[:full], strict=True):
             if block not in self.hash_of and key not in self.cached:
                 self.hash_of[block] = key

@@ -51,6 +51,12 @@ def _parser() -> argparse.ArgumentParser:
         "--kv-cache-memory-bytes", type=int, help="the same budget in bytes (vLLM's option)"
     )
     p.add_argument("--no-prefix-caching", action="store_true")
+    p.add_argument(
+        "--async-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="launch each step before the previous one's tokens are recorded (default: on)",
+    )
     p.add_argument("--max-logprobs", type=int, default=20)
     p.add_argument(
         "--max-waiting-requests",
@@ -131,6 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_num_seqs=args.max_num_seqs,
             max_num_batched_tokens=args.max_num_batched_tokens,
             enable_prefix_caching=not args.no_prefix_caching,
+            async_scheduling=args.async_scheduling,
             max_logprobs=args.max_logprobs,
             seed=args.seed,
         )

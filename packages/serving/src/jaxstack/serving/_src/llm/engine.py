@@ -1,11 +1,19 @@
 """LLMEngine: the step loop. Schedule, run the model, record the sampled tokens, free.
 
     batch = scheduler.schedule()          # who runs, how many tokens each
-    result = runner.execute(batch)        # one jitted forward + sampling over the batch
-    for seq in batch: append its token, check stops, release it when finished
+    step = runner.launch(batch, previous) # one jitted forward + sampling, not waited for
+    for seq in previous: append its token, check stops, release it when finished
 
 Requests come in through `add_request` (a prompt's token ids and SamplingParams; n > 1
 becomes n sequences) and leave through the `SequenceUpdate`s that `step` returns.
+
+Async scheduling (vLLM V1's, on by default): each `step` launches the next step before it
+records the previous one's tokens, so the host's work (recording tokens, stop checks, text,
+the next step's inputs) runs while the device computes. A decode reads its input token from
+the previous step's sampled tokens on the device. A sequence whose stop string or EOS ends it
+in the recorded step has already been fed to the launched one: that one's token for it is
+dropped. Requests whose sampling needs their tokens on the host (penalties, logit_bias,
+min_tokens, structured output) make the step wait for the previous one first.
 
 A request that makes a step fail (an exception while its inputs are prepared or its token
 recorded) fails alone: its sequences finish with reason "error" (`Sequence.error` says why)
@@ -30,7 +38,7 @@ from jaxstack.serving._src.llm.block_manager import BlockManager
 from jaxstack.serving._src.llm.detokenizer import Detokenizer
 from jaxstack.serving._src.llm.guided import GuidedDecoder
 from jaxstack.serving._src.llm.lora import attach_adapters
-from jaxstack.serving._src.llm.model_runner import ModelRunner, StepResult
+from jaxstack.serving._src.llm.model_runner import LaunchedStep, ModelRunner, StepResult
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch, Scheduler
 from jaxstack.serving._src.llm.sequence import Sequence, derived_seed, sampler_seed
@@ -55,6 +63,8 @@ class EngineConfig:
       enable_prefix_caching: reuse the KV of shared prompt prefixes.
       max_logprobs: most alternatives a request may ask for per token.
       seed: seed of the random seeds given to requests that bring none.
+      async_scheduling: launch each step before the previous one's tokens are recorded
+        (vLLM's `--async-scheduling`); False waits for every step before the next.
     """
 
     max_model_len: int | None = None
@@ -66,6 +76,7 @@ class EngineConfig:
     enable_prefix_caching: bool = True
     max_logprobs: int = 20
     seed: int = 0
+    async_scheduling: bool = True
 
 
 @dataclasses.dataclass
@@ -76,6 +87,33 @@ class SequenceUpdate:
     new_token_ids: list[int]
     new_text: str
     finished: bool
+
+
+@dataclasses.dataclass
+class _InFlight:
+    """A launched step, with what the engine needs to record it."""
+
+    batch: ScheduledBatch
+    step: LaunchedStep
+    starts: list[int]  # each sequence's num_computed_tokens before the step
+    ends: list[bool]  # whether the step computes the sequence's last known token
+
+    def samples(self, i: int) -> bool:
+        """Whether the step samples a token for its i-th sequence."""
+        return self.ends[i] and self.batch.seqs[i].max_tokens > 0
+
+    def overlappable(self) -> bool:
+        """Whether the next step may launch before this one is recorded: no sequence it
+        samples for needs its tokens on the host to sample the next (penalties, biases)."""
+        return not any(
+            self.samples(i) and q.params.adjusts_logits for i, q in enumerate(self.batch.seqs)
+        )
+
+
+def _unfinished(batch: ScheduledBatch) -> ScheduledBatch:
+    """`batch` without the sequences that finished since it was scheduled."""
+    rows = [i for i, q in enumerate(batch.seqs) if not q.finished]
+    return ScheduledBatch([batch.seqs[i] for i in rows], [batch.num_new_tokens[i] for i in rows])
 
 
 def kv_block_bytes(model_config: Any, block_size: int) -> int:
@@ -165,6 +203,7 @@ class LLMEngine:
         self._seeds = np.random.default_rng(c.seed)
         self._ids = itertools.count()
         self.sequences: dict[str, list[Sequence]] = {}
+        self.in_flight: _InFlight | None = None  # the launched step not recorded yet
         self.num_prompt_tokens = 0
         self.num_generation_tokens = 0
 
@@ -268,44 +307,82 @@ class LLMEngine:
         return cancelled
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work()
+        return self.scheduler.has_work() or self.in_flight is not None
 
     # ---------------------------------------------------------------------------- step
     def step(self) -> list[SequenceUpdate]:
-        batch = self.scheduler.schedule()
-        if not batch.seqs:
-            return []
-        try:
-            return self._run(batch)
-        except Exception as e:
-            if self.runner.k.is_deleted():  # the step consumed the KV cache: nothing to retry
-                raise
-            if len({q.request_id for q in batch.seqs}) == 1:
-                return self._fail(batch.seqs[0].request_id, e)
-        # Nothing was recorded for the failed step: run it again one request at a time, so
-        # that only the request that fails is failed.
+        """Launch the next step and record the one before (async scheduling), or run one
+        step and record it; returns what the recorded step did to each sequence."""
+        previous, self.in_flight = self.in_flight, None
         updates = []
-        for request_id in dict.fromkeys(q.request_id for q in batch.seqs):
+        if previous is not None and not previous.overlappable():
+            updates += self._record(previous)
+            previous = None
+        batch = self.scheduler.schedule()
+        launched = None
+        if batch.seqs:
+            try:
+                launched = self._launch(batch, previous)
+            except Exception as e:
+                if self.runner.k.is_deleted():  # the step consumed the KV cache: no retry
+                    raise
+                if previous is not None:  # retry without tokens on the device
+                    updates += self._record(previous)
+                    previous = None
+                    batch = _unfinished(batch)
+                updates += self._run_isolated(batch, e)
+        if previous is not None:
+            updates += self._record(previous)
+        if launched is not None:
+            if self.config.async_scheduling:
+                self.in_flight = launched
+            else:
+                updates += self._record(launched)
+        return updates
+
+    def _run_isolated(self, batch: ScheduledBatch, error: Exception) -> list[SequenceUpdate]:
+        """After `batch` failed to launch with `error`: run it again one request at a time,
+        waiting for each, so that only a request that fails is failed."""
+        requests = list(dict.fromkeys(q.request_id for q in batch.seqs))
+        if len(requests) == 1:
+            return self._fail(requests[0], error)
+        updates = []
+        for request_id in requests:
             rows = [i for i, q in enumerate(batch.seqs) if q.request_id == request_id]
             alone = ScheduledBatch(
                 [batch.seqs[i] for i in rows], [batch.num_new_tokens[i] for i in rows]
             )
             try:
-                updates += self._run(alone)
+                updates += self._record(self._launch(alone, None))
             except Exception as e:
                 if self.runner.k.is_deleted():
                     raise
                 updates += self._fail(request_id, e)
         return updates
 
-    def _run(self, batch: ScheduledBatch) -> list[SequenceUpdate]:
-        result = self.runner.execute(batch)
+    def _launch(self, batch: ScheduledBatch, previous: _InFlight | None) -> _InFlight:
+        """Launch `batch`; once launched, its tokens count as computed, and each sequence it
+        samples for has one more token pending."""
+        step = self.runner.launch(batch, None if previous is None else previous.step)
+        starts = [q.num_computed_tokens for q in batch.seqs]
+        ends = []
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):
+            seq.num_computed_tokens += n
+            ends.append(seq.num_computed_tokens == seq.num_tokens + seq.num_pending)
+            seq.num_pending += ends[-1] and seq.max_tokens > 0
+        return _InFlight(batch, step, starts, ends)
+
+    def _record(self, launched: _InFlight) -> list[SequenceUpdate]:
+        """Wait for a launched step and record what it computed and sampled."""
+        result = launched.step.result()
         updates = []
+        batch = launched.batch
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-            if seq.finished:  # failed earlier in this loop with a sibling sample
+            seq.num_pending -= launched.samples(i)
+            if seq.finished:  # finished by an earlier step, an abort or a failed sibling
                 continue
             try:
-                update = self._advance(seq, n, i, result)
+                update = self._advance(seq, n, i, launched.starts[i], launched.ends[i], result)
             except Exception as e:
                 updates += self._fail(seq.request_id, e)
                 continue
@@ -324,12 +401,13 @@ class LLMEngine:
                 updates.append(SequenceUpdate(seq, [], "", True))
         return updates
 
-    def _advance(self, seq: Sequence, n: int, i: int, result: StepResult):
+    def _advance(
+        self, seq: Sequence, n: int, i: int, start: int, end: bool, result: StepResult
+    ) -> SequenceUpdate | None:
         if seq.prompt_logprobs is not None and result.prompt is not None:
-            self._record_prompt_logprobs(seq, n, result.row_offsets[i], result.prompt)
-        seq.num_computed_tokens += n
-        self.blocks.cache_full_blocks(seq)
-        if seq.num_computed_tokens < seq.num_tokens:
+            self._record_prompt_logprobs(seq, n, start, result.row_offsets[i], result.prompt)
+        if not end:
+            self.blocks.cache_full_blocks(seq)
             return None  # a prefill chunk: nothing to sample yet
         if seq.max_tokens == 0:
             seq.finish("length")
@@ -348,14 +426,14 @@ class LLMEngine:
             self.num_generation_tokens += 1
             if not seq.finished and seq.num_tokens >= self.config.max_model_len:
                 seq.finish("length")
+        self.blocks.cache_full_blocks(seq)
         if seq.finished:
             self.scheduler.finish(seq)
             if all(q.finished for q in self.sequences.get(seq.request_id, [])):
                 self.sequences.pop(seq.request_id, None)
         return SequenceUpdate(seq, new_ids, text, seq.finished)
 
-    def _record_prompt_logprobs(self, seq: Sequence, n: int, row: int, scores) -> None:
-        start = seq.num_computed_tokens
+    def _record_prompt_logprobs(self, seq: Sequence, n: int, start: int, row: int, scores):
         last = min(start + n, len(seq.prompt_token_ids) - 1)  # rows that predict a prompt token
         k = seq.params.prompt_logprobs
         # After a preemption the prompt is recomputed: skip the positions already recorded.

@@ -71,6 +71,9 @@ class StepInputs(NamedTuple):
     logits_indices: jax.Array  # [S] row of each sequence's last new token
     next_tokens: jax.Array  # [T] the token after each row (prompt log-probabilities)
     adapter_rows: jax.Array  # [T] each row's LoRA adapter (0: the base model)
+    # [T] for a token the previous step sampled and the host has not read yet: its row in
+    # that step's sampled tokens (async scheduling); -1 where `tokens` holds the token.
+    previous_rows: jax.Array
 
 
 class PromptScores(NamedTuple):
@@ -86,6 +89,25 @@ class StepResult:
     sampled: sampler.Sampled  # NumPy arrays, one row per scheduled sequence (and padding)
     prompt: PromptScores | None
     row_offsets: list[int]  # first token row of each scheduled sequence
+
+
+@dataclasses.dataclass
+class LaunchedStep:
+    """A step whose programs are launched: its outputs are still on the device, and may still
+    be computing. `result()` waits for them and brings them to the host."""
+
+    seqs: list  # the scheduled sequences, in row order
+    sampled: sampler.Sampled
+    # The sampled tokens padded to max_num_seqs rows: the next step reads its decode tokens
+    # from here before the host has seen them.
+    token_rows: jax.Array
+    prompt: tuple | None
+    row_offsets: list[int]
+
+    def result(self) -> StepResult:
+        sampled = sampler.Sampled(*jax.device_get(tuple(self.sampled)))
+        prompt = None if self.prompt is None else PromptScores(*jax.device_get(self.prompt))
+        return StepResult(sampled, prompt, self.row_offsets)
 
 
 _traces = 0
@@ -121,11 +143,16 @@ def num_compilations() -> int:
     static_argnames=("graphdef", "block_size", "kv_layout", "num_top", "scores"),
     donate_argnames=("k", "v"),
 )
-def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, kv_layout, num_top, scores):
+def _forward(
+    graphdef, state, k, v, x: StepInputs, previous, *, block_size, kv_layout, num_top, scores
+):
     """One engine step's model: the flat token row through the model, float32 logits at each
-    sequence's last row (and, for prompt log-probabilities, scores at every row)."""
+    sequence's last row (and, for prompt log-probabilities, scores at every row). `previous`
+    is the previous step's `token_rows`: the tokens it sampled, read where
+    `x.previous_rows` points."""
     global _traces
     _traces += 1  # runs only while tracing
+    tokens = jnp.where(x.previous_rows >= 0, previous[jnp.maximum(x.previous_rows, 0)], x.tokens)
     model = nnx.merge(graphdef.value, state, copy=True)
     set_adapter_rows(model, x.adapter_rows)
     cache = PagedKVCache(
@@ -140,7 +167,7 @@ def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, kv_layout, num
         kv_layout=kv_layout,
     )
     hidden, cache, _ = model.hidden_states(
-        x.tokens[None], x.positions[None], x.segment_ids[None], cache
+        tokens[None], x.positions[None], x.segment_ids[None], cache
     )
     hidden = hidden[0]
     logits = model.unembed(hidden[x.logits_indices]).astype(jnp.float32)
@@ -153,14 +180,19 @@ def _forward(graphdef, state, k, v, x: StepInputs, *, block_size, kv_layout, num
     return logits, prompt, cache.k, cache.v
 
 
-@functools.partial(jax.jit, static_argnames=("num_top", "all_greedy", "top_k_top_p"))
-def _sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
-    """One engine step's sampling, on the logits `_forward` left on device."""
+@functools.partial(
+    jax.jit, static_argnames=("num_top", "all_greedy", "top_k_top_p", "max_num_seqs")
+)
+def _sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p, max_num_seqs):
+    """One engine step's sampling, on the logits `_forward` left on device; also the sampled
+    tokens padded to max_num_seqs rows, one shape whatever the step's, for the next step."""
     global _traces
     _traces += 1  # runs only while tracing
-    return sampler.sample(
+    sampled = sampler.sample(
         logits, s, penalties, num_top=num_top, all_greedy=all_greedy, top_k_top_p=top_k_top_p
     )
+    token_rows = jnp.zeros(max_num_seqs, jnp.int32).at[: logits.shape[0]].set(sampled.token_ids)
+    return sampled, token_rows
 
 
 class ModelRunner:
@@ -196,6 +228,7 @@ class ModelRunner:
         # thread's input preparation (both need the GIL).
         self.before_launch: Callable[[], None] | None = None
         self.num_blocks = num_blocks
+        self.no_previous_tokens = jnp.zeros(max_num_seqs, jnp.int32)
         self.allocate_cache(kv_layout or default_kv_layout())
 
     def allocate_cache(self, kv_layout: str) -> None:
@@ -260,21 +293,27 @@ class ModelRunner:
             sampled_rows.add(r)
             for all_greedy, top_k_top_p in variants:
                 x = self._empty_inputs(t, r)
-                self._run(x, all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+                self._launch(x, all_greedy=all_greedy, top_k_top_p=top_k_top_p).result()
 
-    def execute(self, batch: ScheduledBatch) -> StepResult:
+    def launch(self, batch: ScheduledBatch, previous: LaunchedStep | None = None) -> LaunchedStep:
+        """Launch one step's programs and return without waiting for them. A sequence whose
+        last token `previous` sampled and the host has not recorded yet (`num_pending`) has
+        that token read on the device, from `previous.token_rows`."""
         n_seqs = len(batch.seqs)
         t = self.bucket(batch.num_tokens)
         shape = (t, self.step_rows(t, n_seqs))
-        self.steps_by_shape[shape] += 1
         x = self._empty_inputs(*shape)
+        previous_row = {} if previous is None else {id(q): i for i, q in enumerate(previous.seqs)}
         offsets, row = [], 0
         for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
             start = seq.num_computed_tokens
             tokens = seq.token_ids
             pos = np.arange(start, start + n)
             blocks = np.asarray(seq.block_ids)
-            x.tokens[row : row + n] = tokens[start : start + n]
+            known = tokens[start : start + n]  # short of n by the tokens still on the device
+            x.tokens[row : row + len(known)] = known
+            if seq.num_pending:
+                x.previous_rows[row + n - 1] = previous_row[id(seq)]
             x.positions[row : row + n] = pos
             x.segment_ids[row : row + n] = 1
             x.adapter_rows[row : row + n] = seq.adapter
@@ -296,8 +335,9 @@ class ModelRunner:
             q.prompt_logprobs is not None and q.num_computed_tokens < len(q.prompt_token_ids)
             for q in seqs
         )
-        sampled, prompt = self._run(
+        launched = self._launch(
             x,
+            previous,
             seqs=seqs,
             all_greedy=all(q.params.greedy for q in seqs),
             top_k_top_p=any(
@@ -305,7 +345,13 @@ class ModelRunner:
             ),
             scores=scores,
         )
-        return StepResult(sampled, prompt, offsets)
+        self.steps_by_shape[shape] += 1
+        launched.row_offsets = offsets
+        return launched
+
+    def execute(self, batch: ScheduledBatch) -> StepResult:
+        """Run one step and wait for its results."""
+        return self.launch(batch).result()
 
     def _empty_inputs(self, t: int, s: int | None = None) -> StepInputs:
         """Zeroed inputs of t token rows and s sequence rows (default: as many as fit)."""
@@ -324,6 +370,7 @@ class ModelRunner:
             i32(s),
             i32(t),
             i32(t),
+            np.full((t,), -1, np.int32),
         )
 
     def lower(self, num_tokens: int, *, num_seqs: int | None = None) -> jax.stages.Lowered:
@@ -345,22 +392,30 @@ class ModelRunner:
         static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
         return _sample.lower(logits, inputs, penalties, **static)
 
-    def _run(self, x: StepInputs, *, seqs=(), all_greedy=True, top_k_top_p=True, scores=False):
-        args, static = self._step_args(x, scores=scores)
+    def _launch(
+        self,
+        x: StepInputs,
+        previous=None,
+        *,
+        seqs=(),
+        all_greedy=True,
+        top_k_top_p=True,
+        scores=False,
+    ) -> LaunchedStep:
+        inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
+        args, static = self._step_args(x, previous, scores=scores)
         if self.before_launch is not None:
             self.before_launch()
         logits, prompt, self.k, self.v = _forward(*args, **static)
-        inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
         static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
-        sampled = _sample(logits, inputs, penalties, **static)
-        sampled = sampler.Sampled(*jax.device_get(tuple(sampled)))
-        if prompt is not None:
-            prompt = PromptScores(*jax.device_get(prompt))
-        return sampled, prompt
+        sampled, token_rows = _sample(logits, inputs, penalties, **static)
+        return LaunchedStep(list(seqs), sampled, token_rows, prompt, [])
 
-    def _step_args(self, x: StepInputs, *, scores: bool):
-        """`_forward`'s arguments for one step: the weights, the cache and the inputs."""
-        args = (self.graphdef_key, self.state, self.k, self.v, x)
+    def _step_args(self, x: StepInputs, previous: LaunchedStep | None = None, *, scores: bool):
+        """`_forward`'s arguments for one step: the weights, the cache, the inputs and the
+        tokens the previous step sampled (zeros when there is none)."""
+        token_rows = self.no_previous_tokens if previous is None else previous.token_rows
+        args = (self.graphdef_key, self.state, self.k, self.v, x, token_rows)
         static = dict(block_size=self.block_size, kv_layout=self.kv_layout)
         return args, dict(static, num_top=self.max_logprobs, scores=scores)
 
@@ -369,6 +424,7 @@ class ModelRunner:
             num_top=self.max_logprobs,
             all_greedy=all_greedy,
             top_k_top_p=top_k_top_p and not all_greedy,
+            max_num_seqs=self.max_num_seqs,
         )
 
     def _sampling_args(self, s: int, seqs):
@@ -393,7 +449,7 @@ class ModelRunner:
             inputs.top_p[i] = p.top_p
             inputs.min_p[i] = p.min_p
             inputs.seed[i] = q.seed
-            inputs.step[i] = len(q.output.token_ids)
+            inputs.step[i] = len(q.output.token_ids) + q.num_pending
             inputs.presence_penalty[i] = p.presence_penalty
             inputs.frequency_penalty[i] = p.frequency_penalty
             inputs.repetition_penalty[i] = p.repetition_penalty

@@ -54,7 +54,10 @@ class Scheduler:
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = min(seq.num_tokens_to_compute(), budget)
+            if n == 0:  # its last token is being sampled
+                i += 1
+                continue
             while not self.blocks.allocate(seq, seq.num_computed_tokens + n):
                 self._preempt(self.running.pop())
                 preempted = True
@@ -74,7 +77,7 @@ class Scheduler:
                 seq.num_computed_tokens = seq.num_cached_tokens = self.blocks.take_cached_prefix(
                     seq
                 )
-            n = min(seq.num_tokens - seq.num_computed_tokens, budget)
+            n = min(seq.num_tokens_to_compute(), budget)
             if not self.blocks.allocate(seq, seq.num_computed_tokens + n):
                 break
             self.waiting.popleft()

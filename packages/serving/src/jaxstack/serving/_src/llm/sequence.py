@@ -1,8 +1,10 @@
 """A Sequence: one prompt + one sample being generated, the unit the scheduler moves around.
 
 A request with n > 1 becomes n sequences sharing a prompt (their full prompt blocks are shared
-through the prefix cache). `num_computed_tokens` counts tokens whose KV is in the cache; the
-scheduler feeds the rest (a prefill chunk, or the last sampled token) in the next step.
+through the prefix cache). `num_computed_tokens` counts tokens whose KV is in the cache or
+being written by a launched step; the scheduler feeds the rest (a prefill chunk, or the last
+sampled token) in the next step. Under async scheduling the last sampled token may still be
+on the device (`num_pending`): the next step reads it there.
 """
 
 from __future__ import annotations
@@ -70,6 +72,7 @@ class Sequence:
         )
         self.status = Status.WAITING
         self.num_computed_tokens = 0
+        self.num_pending = 0  # tokens launched steps sample for it that are not recorded yet
         self.num_cached_tokens = 0
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []  # hashes of the full blocks of token_ids, in order
@@ -85,6 +88,16 @@ class Sequence:
     @property
     def num_tokens(self) -> int:
         return len(self.prompt_token_ids) + len(self.output.token_ids)
+
+    def num_tokens_to_compute(self) -> int:
+        """Tokens the next step may feed it: its uncomputed prompt and output tokens, those on
+        the device included; none once the tokens on the device are its last."""
+        if (
+            self.num_computed_tokens >= len(self.prompt_token_ids)
+            and len(self.output.token_ids) + self.num_pending >= self.max_tokens
+        ):
+            return 0
+        return self.num_tokens + self.num_pending - self.num_computed_tokens
 
     @property
     def finished(self) -> bool:
