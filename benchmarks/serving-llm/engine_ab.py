@@ -18,6 +18,7 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py sampler-c32  # the sampling program
     .venv/bin/python benchmarks/serving-llm/engine_ab.py kvlayout-c8  # page- vs head-major cache
     .venv/bin/python benchmarks/serving-llm/engine_ab.py async-c32  # async scheduling on/off
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py alternatives-c32  # top-k when asked
 
 A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
@@ -103,7 +104,9 @@ def graphdef_hashed_every_call(llm: LLM) -> None:
     runner.graphdef_key = HashedEveryCall(runner.graphdef_key)
 
 
-def _gumbel_sample(sampler, logits, s, penalties, *, num_top, all_greedy, top_k_top_p):
+def _gumbel_sample(
+    sampler, logits, s, penalties, *, num_top, all_greedy, top_k_top_p, max_num_seqs
+):
     """The sampler as it was (serving 0.4.2): `jnp.argmax`, and Gumbel noise over the whole
     vocabulary through `jax.random.categorical`. `sampler` is the engine's sampler module."""
     raw = jax.nn.log_softmax(logits, axis=-1)
@@ -120,7 +123,9 @@ def _gumbel_sample(sampler, logits, s, penalties, *, num_top, all_greedy, top_k_
     token_ids = token_ids.astype(jnp.int32)
     chosen = jnp.take_along_axis(raw, token_ids[:, None], axis=-1)[:, 0]
     top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
-    return sampler.Sampled(token_ids, chosen, top_ids.astype(jnp.int32), top_logprobs)
+    sampled = sampler.Sampled(token_ids, chosen, top_ids.astype(jnp.int32), top_logprobs)
+    # What the engine's sampling program also returns: the tokens padded for the next step.
+    return sampled, jnp.zeros(max_num_seqs, jnp.int32).at[: logits.shape[0]].set(token_ids)
 
 
 def gumbel_sampling(llm: LLM) -> None:
@@ -129,7 +134,7 @@ def gumbel_sampling(llm: LLM) -> None:
     model_runner = sys.modules[type(llm.engine.runner).__module__]  # the engine's own module
     before = jax.jit(
         functools.partial(_gumbel_sample, model_runner.sampler),
-        static_argnames=("num_top", "all_greedy", "top_k_top_p"),
+        static_argnames=("num_top", "all_greedy", "top_k_top_p", "max_num_seqs"),
     )
     step = llm.engine.step
 
@@ -150,6 +155,23 @@ def sampler_suite(concurrency: int) -> tuple:
         "Gumbel draw, jnp.argmax (before)",
         gumbel_sampling,
         "inverse-CDF draw, two-reduction argmax",
+    )
+
+
+def alternatives_always(llm: LLM) -> None:
+    """Every step ranks the vocabulary for log-probability alternatives, as before (serving
+    0.4.5), whether or not a request asks for them."""
+    runner = llm.engine.runner
+    static = runner._sampling_static
+    runner._sampling_static = lambda **flags: static(**{**flags, "top_logprobs": True})
+
+
+def alternatives_suite(concurrency: int) -> tuple:
+    return before_and_now(
+        concurrency,
+        "top-20 alternatives every step (before)",
+        alternatives_always,
+        "top-20 alternatives when asked",
     )
 
 
@@ -220,6 +242,7 @@ SUITES = {
         )
         for c in (1, 8, 32)
     },
+    **{f"alternatives-c{c}": alternatives_suite(c) for c in (1, 8, 32)},
     # Async scheduling (vLLM V1's): each step launched before the previous one is recorded.
     **{
         f"async-c{c}": (

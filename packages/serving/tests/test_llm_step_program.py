@@ -112,6 +112,17 @@ def test_only_batches_that_limit_top_k_or_top_p_sort_the_vocabulary(model):
     assert sorts(all_greedy=False, top_k_top_p=True)
 
 
+def test_only_batches_that_ask_for_alternatives_rank_the_vocabulary(model):
+    runner = LLM(model, **ENGINE).engine.runner
+
+    def ranks(**variant) -> bool:
+        text = runner.lower_sampling(8, all_greedy=False, **variant).compile().as_text()
+        return 'custom_call_target="TopK"' in text
+
+    assert not ranks(top_k_top_p=False, top_logprobs=False)
+    assert ranks(top_k_top_p=False, top_logprobs=True)
+
+
 def test_a_one_token_budget_still_updates_the_cache_in_place(long_model):
     # One row makes XLA turn the scatter into a dynamic-update-slice that it does not do in
     # place (a copy of the whole cache per layer); steps are padded to at least 2 rows.
@@ -135,8 +146,9 @@ def test_a_steps_sequence_rows_follow_its_sequences_not_its_tokens(model):
         (2, 1), (2, 2), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2), (8, 4), (8, 8),
         (16, 1), (16, 2), (16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8),
     ]  # fmt: skip
-    # The model per step shape; sampling per row bucket x (greedy, sampled, top-k/top-p).
-    assert runner.num_programs == 18 + 4 * 3
+    # The model per step shape; sampling per row bucket x (greedy, sampled, top-k/top-p) x
+    # (with, without log-probability alternatives).
+    assert runner.num_programs == 18 + 4 * 3 * 2
     greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     llm.generate([[1, 2, 3, 4, 5]], greedy)
     assert runner.steps_by_shape == {(8, 1): 1, (2, 1): 3}  # the prefill, three decodes

@@ -38,9 +38,15 @@ from jaxstack.serving._src.models.batcher import default_batch_sizes
 
 MIN_BUCKET = 2
 TOKENS_PER_ROW = 16
-# The sampling programs a bucket compiles: (all_greedy, top_k_top_p). Greedy batches skip the
-# draw; sampled batches where no row limits top-k or top-p skip the full-vocabulary sort.
-SAMPLING_VARIANTS = ((True, False), (False, False), (False, True))
+# The sampling programs a bucket compiles: (all_greedy, top_k_top_p, top_logprobs). Greedy
+# batches skip the draw; sampled batches where no row limits top-k or top-p skip the
+# full-vocabulary sort; batches where no row asks for log-probability alternatives skip the
+# top-k over the vocabulary (a millisecond of a 32-row step on an AVX2 core).
+SAMPLING_VARIANTS = tuple(
+    (greedy, sort, top)
+    for greedy, sort in ((True, False), (False, False), (False, True))
+    for top in (False, True)
+)
 
 
 def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -286,14 +292,16 @@ class ModelRunner:
 
     def warmup(self) -> None:
         """Compile every step shape, and for each row bucket greedy, sampling, and sampling
-        with top-k/top-p, before serving."""
+        with top-k/top-p, each with and without log-probability alternatives, before serving."""
         sampled_rows = set()
         for t, r in self.step_shapes():
             variants = SAMPLING_VARIANTS[:1] if r in sampled_rows else SAMPLING_VARIANTS
             sampled_rows.add(r)
-            for all_greedy, top_k_top_p in variants:
+            for all_greedy, top_k_top_p, top_logprobs in variants:
                 x = self._empty_inputs(t, r)
-                self._launch(x, all_greedy=all_greedy, top_k_top_p=top_k_top_p).result()
+                self._launch(
+                    x, all_greedy=all_greedy, top_k_top_p=top_k_top_p, top_logprobs=top_logprobs
+                ).result()
 
     def launch(self, batch: ScheduledBatch, previous: LaunchedStep | None = None) -> LaunchedStep:
         """Launch one step's programs and return without waiting for them. A sequence whose
@@ -343,6 +351,7 @@ class ModelRunner:
             top_k_top_p=any(
                 not q.params.greedy and (q.params.top_k > 0 or q.params.top_p < 1.0) for q in seqs
             ),
+            top_logprobs=any(q.params.logprobs for q in seqs),
             scores=scores,
         )
         self.steps_by_shape[shape] += 1
@@ -383,13 +392,20 @@ class ModelRunner:
         return _forward.lower(*args, **static)
 
     def lower_sampling(
-        self, num_seqs: int, *, all_greedy: bool = True, top_k_top_p: bool = True
+        self,
+        num_seqs: int,
+        *,
+        all_greedy: bool = True,
+        top_k_top_p: bool = True,
+        top_logprobs: bool = True,
     ) -> jax.stages.Lowered:
         """The sampling program of a step of `num_seqs` sequences, lowered on empty inputs."""
         s = next(r for r in self.row_buckets if r >= num_seqs)
         logits = jax.ShapeDtypeStruct((s, self.config.vocab_size), jnp.float32)
         inputs, penalties = self._sampling_args(s, ())
-        static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        static = self._sampling_static(
+            all_greedy=all_greedy, top_k_top_p=top_k_top_p, top_logprobs=top_logprobs
+        )
         return _sample.lower(logits, inputs, penalties, **static)
 
     def _launch(
@@ -400,6 +416,7 @@ class ModelRunner:
         seqs=(),
         all_greedy=True,
         top_k_top_p=True,
+        top_logprobs=True,
         scores=False,
     ) -> LaunchedStep:
         inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
@@ -407,7 +424,9 @@ class ModelRunner:
         if self.before_launch is not None:
             self.before_launch()
         logits, prompt, self.k, self.v = _forward(*args, **static)
-        static = self._sampling_static(all_greedy=all_greedy, top_k_top_p=top_k_top_p)
+        static = self._sampling_static(
+            all_greedy=all_greedy, top_k_top_p=top_k_top_p, top_logprobs=top_logprobs
+        )
         sampled, token_rows = _sample(logits, inputs, penalties, **static)
         return LaunchedStep(list(seqs), sampled, token_rows, prompt, [])
 
@@ -419,9 +438,9 @@ class ModelRunner:
         static = dict(block_size=self.block_size, kv_layout=self.kv_layout)
         return args, dict(static, num_top=self.max_logprobs, scores=scores)
 
-    def _sampling_static(self, *, all_greedy: bool, top_k_top_p: bool) -> dict:
+    def _sampling_static(self, *, all_greedy: bool, top_k_top_p: bool, top_logprobs: bool) -> dict:
         return dict(
-            num_top=self.max_logprobs,
+            num_top=self.max_logprobs if top_logprobs else 0,
             all_greedy=all_greedy,
             top_k_top_p=top_k_top_p and not all_greedy,
             max_num_seqs=self.max_num_seqs,

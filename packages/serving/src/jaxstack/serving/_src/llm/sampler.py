@@ -125,7 +125,8 @@ def sample(
     all_greedy: bool,
     top_k_top_p: bool = True,
 ) -> Sampled:
-    """Next tokens from last-position logits [S, V] and `num_top` alternatives per row.
+    """Next tokens from last-position logits [S, V] and `num_top` alternatives per row (0:
+    none are computed, the sampled token is the one alternative given).
 
     `all_greedy` (static) skips the filters and the draw when no row samples; `top_k_top_p`
     (static) False skips the sort when rows sample but none limits top-k or top-p.
@@ -141,5 +142,7 @@ def sample(
         drawn = draw(filter_logits(logits, s, top_k_top_p=top_k_top_p), keys)
         token_ids = jnp.where(s.temperature > 0, drawn, token_ids)
     chosen = jnp.take_along_axis(raw, token_ids[:, None], axis=-1)[:, 0]
-    top_logprobs, top_ids = jax.lax.top_k(raw, max(num_top, 1))
+    if not num_top:  # no row asks for alternatives: the sampled token stands in for them
+        return Sampled(token_ids, chosen, token_ids[:, None], chosen[:, None])
+    top_logprobs, top_ids = jax.lax.top_k(raw, num_top)
     return Sampled(token_ids, chosen, top_ids.astype(jnp.int32), top_logprobs)
