@@ -5,10 +5,10 @@ asyncio queue; `abort` cancels (a client that went away). All engine state is to
 the engine thread: submissions and aborts reach it through an inbox it drains between steps,
 and results go back as snapshots rather than live objects, a step's together: one
 `loop.call_soon_threadsafe` per event loop and step (not one per sequence), which puts every
-Delta of the step on its request's queue. While more steps follow, a step's Deltas leave when
-the next step's inputs are ready, right before its model program is launched: the event
-loop's per-token work (SSE chunks, socket writes) then runs while the model computes, instead
-of contending for the GIL with this thread's preparation of the next step.
+Delta of the step on its request's queue. While more steps follow, a step's Deltas leave at
+the engine's next launch, once that step's inputs are ready and right before its model program
+starts: the event loop's per-token work (SSE chunks, socket writes) then runs while the model
+computes, instead of contending for the GIL with this thread's preparation of the next step.
 A request the engine fails (see LLMEngine.step) gets a `RequestFailedError` on its queue;
 the thread and every other request carry on.
 """
