@@ -110,12 +110,6 @@ class _InFlight:
         )
 
 
-def _unfinished(batch: ScheduledBatch) -> ScheduledBatch:
-    """`batch` without the sequences that finished since it was scheduled."""
-    rows = [i for i, q in enumerate(batch.seqs) if not q.finished]
-    return ScheduledBatch([batch.seqs[i] for i in rows], [batch.num_new_tokens[i] for i in rows])
-
-
 def kv_block_bytes(model_config: Any, block_size: int) -> int:
     """Bytes of one KV block: keys and values of block_size tokens in every layer."""
     c = model_config
@@ -329,7 +323,7 @@ class LLMEngine:
                 if previous is not None:  # retry without tokens on the device
                     updates += self._record(previous)
                     previous = None
-                    batch = _unfinished(batch)
+                    batch = batch.rows([i for i, q in enumerate(batch.seqs) if not q.finished])
                 updates += self._run_isolated(batch, e)
         if previous is not None:
             updates += self._record(previous)
@@ -348,10 +342,7 @@ class LLMEngine:
             return self._fail(requests[0], error)
         updates = []
         for request_id in requests:
-            rows = [i for i, q in enumerate(batch.seqs) if q.request_id == request_id]
-            alone = ScheduledBatch(
-                [batch.seqs[i] for i in rows], [batch.num_new_tokens[i] for i in rows]
-            )
+            alone = batch.rows([i for i, q in enumerate(batch.seqs) if q.request_id == request_id])
             try:
                 updates += self._record(self._launch(alone, None))
             except Exception as e:

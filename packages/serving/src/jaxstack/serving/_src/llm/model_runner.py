@@ -347,6 +347,7 @@ class ModelRunner:
             x,
             previous,
             seqs=seqs,
+            row_offsets=offsets,
             all_greedy=all(q.params.greedy for q in seqs),
             top_k_top_p=any(
                 not q.params.greedy and (q.params.top_k > 0 or q.params.top_p < 1.0) for q in seqs
@@ -355,12 +356,7 @@ class ModelRunner:
             scores=scores,
         )
         self.steps_by_shape[shape] += 1
-        launched.row_offsets = offsets
         return launched
-
-    def execute(self, batch: ScheduledBatch) -> StepResult:
-        """Run one step and wait for its results."""
-        return self.launch(batch).result()
 
     def _empty_inputs(self, t: int, s: int | None = None) -> StepInputs:
         """Zeroed inputs of t token rows and s sequence rows (default: as many as fit)."""
@@ -414,6 +410,7 @@ class ModelRunner:
         previous=None,
         *,
         seqs=(),
+        row_offsets=(),
         all_greedy=True,
         top_k_top_p=True,
         top_logprobs=True,
@@ -428,7 +425,7 @@ class ModelRunner:
             all_greedy=all_greedy, top_k_top_p=top_k_top_p, top_logprobs=top_logprobs
         )
         sampled, token_rows = _sample(logits, inputs, penalties, **static)
-        return LaunchedStep(list(seqs), sampled, token_rows, prompt, [])
+        return LaunchedStep(list(seqs), sampled, token_rows, prompt, list(row_offsets))
 
     def _step_args(self, x: StepInputs, previous: LaunchedStep | None = None, *, scores: bool):
         """`_forward`'s arguments for one step: the weights, the cache, the inputs and the

@@ -31,6 +31,12 @@ class ScheduledBatch:
     def num_tokens(self) -> int:
         return sum(self.num_new_tokens)
 
+    def rows(self, indices: list[int]) -> ScheduledBatch:
+        """The batch of the sequences at `indices`, in that order."""
+        return ScheduledBatch(
+            [self.seqs[i] for i in indices], [self.num_new_tokens[i] for i in indices]
+        )
+
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, *, max_num_seqs: int, max_num_batched_tokens: int):
