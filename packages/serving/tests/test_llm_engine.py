@@ -242,6 +242,21 @@ def test_stop_token_ids_strings_and_max_tokens(dense):
     assert (out.outputs[0].finish_reason, out.outputs[0].stop_reason) == ("stop", stop)
 
 
+def test_without_detokenizing_the_tokens_are_the_same_and_the_text_empty(dense):
+    _, llm = dense
+    prompts = ["the quick brown fox", "once upon"]
+    params = SamplingParams(n=2, temperature=0.9, seed=3, max_tokens=12)
+    with_text = llm.generate(prompts, params)
+    without = llm.generate(prompts, params.replace(detokenize=False))
+    for a, b in zip(with_text, without, strict=True):
+        assert [o.token_ids for o in b.outputs] == [o.token_ids for o in a.outputs]
+        assert [o.finish_reason for o in b.outputs] == [o.finish_reason for o in a.outputs]
+        assert [o.text for o in b.outputs] == ["", ""]
+        assert all(o.text == TOKENIZER.decode(o.token_ids) for o in a.outputs)
+    with pytest.raises(Exception, match="detokenize=False cannot match stop strings"):
+        SamplingParams(stop=["."], detokenize=False)
+
+
 def test_presence_penalty_breaks_a_repetition(dense):
     _, llm = dense
     plain = llm.generate(["a"], GREEDY)[0].outputs[0].token_ids

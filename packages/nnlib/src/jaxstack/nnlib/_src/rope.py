@@ -40,9 +40,10 @@ def inverse_frequencies(
 
 def apply_rope(x: jax.Array, positions: jax.Array, inv_freq: np.ndarray) -> jax.Array:
     """Rotate x [B, T, heads, head_dim] by angles positions [B, T] * inv_freq."""
-    angles = positions.astype(jnp.float32)[..., None] * jnp.asarray(inv_freq)  # [B, T, D/2]
-    angles = jnp.concatenate([angles, angles], axis=-1)[:, :, None, :]
+    angles = positions.astype(jnp.float32)[..., None, None] * jnp.asarray(inv_freq)  # [B,T,1,D/2]
     cos, sin = jnp.cos(angles).astype(x.dtype), jnp.sin(angles).astype(x.dtype)
     x1, x2 = jnp.split(x, 2, axis=-1)
-    rotated = jnp.concatenate([-x2, x1], axis=-1)
-    return x * cos + rotated * sin
+    # The halves rotated apart and joined once: the same products and sums as
+    # `x * [cos, cos] + [-x2, x1] * [sin, sin]`, without the two full-width concatenations
+    # (attention's forward and backward on CPU ~1.25x faster at head_dim 32, benchmarks/rl).
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

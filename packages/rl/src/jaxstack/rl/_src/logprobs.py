@@ -42,7 +42,7 @@ def completion_positions(loss_mask: np.ndarray) -> np.ndarray:
     count = MIN_COMPLETION_TOKENS
     while count < flat.size:
         count *= 2
-    count = max(min(count, loss_mask.size), flat.size)
+    count = min(count, loss_mask.size)
     index = np.full(count, loss_mask.size, np.int32)
     index[: flat.size] = flat
     return index

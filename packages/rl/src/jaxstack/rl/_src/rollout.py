@@ -102,16 +102,22 @@ class EngineSampler:
                 top_k=top_k or 0,
                 max_tokens=max_new_tokens,
                 seed=int(np.random.SeedSequence([self.seed, iteration, i]).generate_state(1)[0]),
+                detokenize=False,
             )
             for i in range(len(prompt_ids))
         ]
         outputs = self.llm.generate([[int(t) for t in p] for p in prompt_ids], params)
-        token_ids, texts = [], []
-        for request in outputs:
-            for completion in request.outputs:
-                token_ids.append(np.asarray(completion.token_ids, np.int32))
-                texts.append(completion.text)
-        return Completions(token_ids, texts, sum(len(t) for t in token_ids))
+        token_ids = [c.token_ids for request in outputs for c in request.outputs]
+        return Completions(
+            [np.asarray(t, np.int32) for t in token_ids],
+            self._decode(token_ids),
+            sum(len(t) for t in token_ids),
+        )
+
+    def _decode(self, token_ids: Sequence[Sequence[int]]) -> list[str]:
+        """Whole completions decoded once: the engine samples without detokenizing, which
+        would decode each completion again at every token (the text is the same)."""
+        return [self.policy.tokenizer.decode(t) for t in token_ids]
 
     def greedy_fn(
         self, params: Any, encoder: Encoder, max_new_tokens: int
@@ -123,8 +129,8 @@ class EngineSampler:
             self.update_weights(params)
             outputs = self.llm.generate(
                 [[int(t) for t in encoder.prompt(p)] for p in prompts],
-                SamplingParams(temperature=0.0, max_tokens=max_new_tokens),
+                SamplingParams(temperature=0.0, max_tokens=max_new_tokens, detokenize=False),
             )
-            return [request.outputs[0].text for request in outputs]
+            return self._decode([request.outputs[0].token_ids for request in outputs])
 
         return generate

@@ -267,7 +267,7 @@ class LLMEngine:
         seqs = []
         for i in range(params.n):
             detok = None
-            if self.tokenizer is not None:
+            if self.tokenizer is not None and params.detokenize:
                 detok = Detokenizer(self.tokenizer, params.stop, params.include_stop_str_in_output)
             seq = Sequence(
                 request_id,

@@ -43,6 +43,9 @@ class SamplingParams:
         sampled token's own log-probability is always returned).
       prompt_logprobs: return the prompt tokens' log-probabilities with this many
         alternatives each (0: only the prompt token's own).
+      detokenize: build the output's text as tokens arrive (vLLM's option). False leaves
+        `text` empty and skips the incremental decoding, a host cost per token that a caller
+        decoding whole outputs itself (an RL rollout) does not need; stop strings need it.
     """
 
     n: int = 1
@@ -64,6 +67,7 @@ class SamplingParams:
     repetition_penalty: float = 1.0
     logprobs: int | None = None
     prompt_logprobs: int | None = None
+    detokenize: bool = True
 
     def __post_init__(self):
         if isinstance(self.stop, str):
@@ -106,6 +110,11 @@ class SamplingParams:
                 "must be >= 0",
             ),
             ("stop", all(isinstance(s, str) and s for s in self.stop), "must be non-empty strings"),
+            (
+                "detokenize",
+                self.detokenize or not self.stop,
+                "cannot match stop strings, which are found in the text; keep detokenize=True",
+            ),
         )
         for name, ok, why in checks:
             if not ok:
