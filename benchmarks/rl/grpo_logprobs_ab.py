@@ -1,16 +1,17 @@
-"""GRPO's train step and reference forward with every position's logits or the completions'.
+"""GRPO's train step and reference forward: every position's logits, the completions', packed.
 
     nice -n 19 .venv/bin/python benchmarks/rl/grpo_logprobs_ab.py [--vocab 259] [--model tiny]
-        [--max-new-tokens 4] [--calls 60]
+        [--max-new-tokens 4] [--prompts 16] [--calls 60]
 
-A same-process A/B (the two variants called in turn, medians over the calls after the first
-5): `token_logprobs` (logits at every position, as rl 0.7.1's GRPO) against
-`completion_logprobs` (at the loss mask's positions only, rl 0.8.0's), on `tiny-grpo`'s
-model freshly initialised (`--model d256`: vs_trl.py's larger one) with a `--vocab`-token
-vocabulary, over 128 rows (16 prompts x 8 completions) shaped like vs_trl.py's `grpo` case:
-prompts of 5-12 random tokens, completions of 1 to `--max-new-tokens` (geometric lengths above
-4), in 16 columns (32 when a row needs them, as GRPO trims its rows); AdamW, GRPO's loss with
-KL. Prints both medians, the ratios and the load average.
+A same-process A/B/C (the variants called in turn, medians over the calls after the first 5):
+`token_logprobs` (logits at every position, as rl 0.7.1's GRPO), `completion_logprobs` (at the
+loss mask's positions only, rl 0.8.0's) and the same on the rows packed several to a row (rl
+0.9.0's update, `pack_rows`), on `tiny-grpo`'s model freshly initialised (`--model d256`:
+vs_trl.py's larger one; `arithmetic`: the arithmetic recipe's) with a `--vocab`-token
+vocabulary, over `--prompts` x 8 rows shaped like vs_trl.py's `grpo` case: prompts of 5-12
+random tokens, completions of 1 to `--max-new-tokens` (geometric lengths above 4), in 16
+columns (32 when a row needs them, as GRPO trims its rows); AdamW, GRPO's loss with KL. Prints
+the medians, the ratios to every position's and the load average.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ TINY_GRPO["mlp_dim"] = 192  # the tiny-grpo preset's model
 MODELS = {  # as vs_trl.py's MODELS
     "tiny": {},
     "d256": {"d_model": 256, "num_layers": 4, "head_dim": 64, "mlp_dim": 768},
+    "arithmetic": {"d_model": 128, "num_layers": 3, "head_dim": 32, "mlp_dim": 384},
 }
 
 
@@ -34,6 +36,7 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=259, help="vocabulary size (byte tokenizer: 259)")
     p.add_argument("--model", choices=sorted(MODELS), default="tiny")
     p.add_argument("--max-new-tokens", type=int, default=4, help="longest completion")
+    p.add_argument("--prompts", type=int, default=16, help="prompts (8 completions each)")
     p.add_argument("--calls", type=int, default=60, help="calls of each variant (> 5)")
     args = p.parse_args()
     import jax
@@ -50,25 +53,29 @@ def main() -> None:
     model = nnlib.Transformer(nnlib.get_preset("tiny-llama").replace(**fields), rngs=nnx.Rngs(0))
     apply, params = nnlib.as_function(model)
     rng = np.random.default_rng(0)
-    prompts = rng.integers(5, 13, 128)
+    rows = 8 * args.prompts
+    prompts = rng.integers(5, 13, rows)
     completions = np.minimum(
-        rng.integers(1, 5, 128) if longest <= 4 else rng.geometric(0.3, 128), longest
+        rng.integers(1, 5, rows) if longest <= 4 else rng.geometric(0.3, rows), longest
     )
     columns = 16 if (prompts + completions).max() <= 17 else 32  # as GRPO trims its rows
     ends = prompts + completions - 1  # positions that predict a next token
     column = np.arange(columns)[None, :]
     real = column < ends[:, None]
     loss_mask = (real & (column >= prompts[:, None] - 1)).astype(np.float32)
-    batch = {
-        "tokens": jnp.asarray(np.where(real, rng.integers(3, 259, (128, columns)), 0), jnp.int32),
-        "targets": jnp.asarray(np.where(real, rng.integers(3, 259, (128, columns)), 0), jnp.int32),
-        "segment_ids": jnp.asarray(real, jnp.int32),
-        "positions": jnp.asarray(np.where(real, column, 0), jnp.int32),
-        "loss_mask": jnp.asarray(loss_mask),
-        "completion_index": jnp.asarray(rl.completion_positions(loss_mask)),
-        "advantages": jnp.asarray(rng.normal(size=128), jnp.float32),
-        "ref_logps": jnp.zeros((128, columns), jnp.float32),
+    host = {
+        "tokens": np.where(real, rng.integers(3, 259, (rows, columns)), 0).astype(np.int32),
+        "targets": np.where(real, rng.integers(3, 259, (rows, columns)), 0).astype(np.int32),
+        "segment_ids": real.astype(np.int32),
+        "positions": np.where(real, column, 0).astype(np.int32),
+        "loss_mask": loss_mask,
     }
+    extra = {
+        "advantages": rng.normal(size=rows).astype(np.float32),
+        "ref_logps": np.zeros((rows, columns), np.float32),
+    }
+    batch = {**host, **extra, "completion_index": rl.completion_positions(loss_mask)}
+    packed = {**rl.pack_rows(host), **extra}
     tx = optax.adamw(1e-3, weight_decay=0.0)
     state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
@@ -87,28 +94,38 @@ def main() -> None:
 
         return loss_fn
 
-    variants = {"all": rl.token_logprobs, "completions": rl.completion_logprobs}
+    variants = {
+        "all": (rl.token_logprobs, batch),
+        "completions": (rl.completion_logprobs, batch),
+        "packed": (rl.completion_logprobs, packed),
+    }
     calls = {}
-    for name, logprobs in variants.items():
-        calls[f"reference forward, {name}"] = (jax.jit(partial(logprobs, apply)), params)
-        calls[f"train step, {name}"] = (jax.jit(make_train_step(loss(logprobs), tx)), state)
+    for name, (logprobs, data) in variants.items():
+        data = jax.tree.map(jnp.asarray, data)
+        calls[f"reference forward, {name}"] = (jax.jit(partial(logprobs, apply)), params, data)
+        calls[f"train step, {name}"] = (jax.jit(make_train_step(loss(logprobs), tx)), state, data)
     times = {name: [] for name in calls}
     for _ in range(args.calls):
-        for name, (fn, first) in calls.items():
+        for name, (fn, first, data) in calls.items():
             t = time.perf_counter()
-            jax.block_until_ready(fn(first, batch))
+            jax.block_until_ready(fn(first, data))
             times[name].append(time.perf_counter() - t)
     ms = {name: statistics.median(t[5:]) * 1e3 for name, t in times.items()}
-    shape = "x".join(map(str, batch["tokens"].shape))
     print(
-        f"model {args.model}, vocab {args.vocab}, rows {shape}, "
+        f"model {args.model}, vocab {args.vocab}, rows {rows}x{columns} "
+        f"(packed {'x'.join(map(str, packed['packed_tokens'].shape))}), "
         f"{int(loss_mask.sum())} completion tokens "
         f"({batch['completion_index'].size} positions), load {os.getloadavg()[0]:.2f}"
     )
     for part in ("train step", "reference forward"):
-        full, ours = ms[f"{part}, all"], ms[f"{part}, completions"]
-        print(f"  {part}: all positions {full:.2f} ms, completions {ours:.2f} ms", end="")
-        print(f", {full / ours:.2f}x")
+        full = ms[f"{part}, all"]
+        print(f"  {part}: all positions {full:.2f} ms", end="")
+        for name in ("completions", "packed"):
+            print(
+                f", {name} {ms[f'{part}, {name}']:.2f} ms ({full / ms[f'{part}, {name}']:.2f}x)",
+                end="",
+            )
+        print()
 
 
 if __name__ == "__main__":

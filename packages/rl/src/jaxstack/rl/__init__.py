@@ -38,7 +38,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "list_presets",
             "load_config",
         ],
-        "_src.encode": ["DEFAULT_CHAT_TEMPLATE"],
+        "_src.encode": ["DEFAULT_CHAT_TEMPLATE", "pack_rows"],
         "_src.errors": ["ConfigError", "Error", "RecordError", "RewardError"],
         "_src.logprobs": [
             "completion_logprobs",

@@ -60,9 +60,15 @@ def completion_logprobs(
     train step (128 rows of 16 columns, completions of <= 4 tokens) ran 1.07-1.58x faster with
     a 259-token vocabulary, 2.6-3.2x with 32,000 (benchmarks/rl/grpo_logprobs_ab.py). `apply`
     is nnlib's `as_function` apply (its `hidden_states` and `unembed` methods).
+
+    A batch with packed rows (`pack_rows`: `packed_tokens`, `packed_positions`,
+    `packed_segment_ids`, and `completion_source`, where each `completion_index` position sits
+    in them) runs the model over the packed rows instead, several completions to a row, and
+    returns the same log-probs in the batch's `[B, T]` layout.
     """
+    prefix = "packed_" if "packed_tokens" in batch else ""
     x, _, _ = apply.method("hidden_states")(
-        params, batch["tokens"], batch["positions"], batch["segment_ids"]
+        params, *(batch[prefix + key] for key in ("tokens", "positions", "segment_ids"))
     )
     return logprobs_at_completions(apply, params, x, batch, temperature)
 
@@ -70,12 +76,12 @@ def completion_logprobs(
 def logprobs_at_completions(
     apply: Any, params: Any, x: jax.Array, batch: dict[str, jax.Array], temperature: float
 ) -> jax.Array:
-    """`completion_logprobs` from the final hidden states `x` [B, T, d_model] (PPO's value
-    head reads them too)."""
+    """`completion_logprobs` from the final hidden states `x`: [B, T, d_model] (PPO's value
+    head reads them too), or of the packed rows, read at the batch's `completion_source`."""
     rows, columns = batch["targets"].shape
     index = batch["completion_index"]
     picked = jnp.minimum(index, rows * columns - 1)  # padding entries read the last position
-    x = x.reshape(rows * columns, -1)[picked]
+    x = x.reshape(-1, x.shape[-1])[batch.get("completion_source", picked)]
     logits = apply.method("unembed")(params, x)
     targets = batch["targets"].reshape(-1)[picked]
     logps = -optax.softmax_cross_entropy_with_integer_labels(
