@@ -198,7 +198,7 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
 MIN_PACKED_WIDTH = 64
 """The narrowest packed row `pack_rows` makes. A recipe GRPO update (2,048 rows of 9-12 tokens,
 the arithmetic recipe's model) took 2.56 s in 16-column rows and 1.37 / 1.32 / 1.27 s packed
-into rows of 32 / 48 / 64 (benchmarks/rl/grpo_logprobs_ab.py)."""
+into rows of 32 / 48 / 64 (benchmarks/rl/README.md, "GRPO's rows packed")."""
 
 
 def pack_rows(batch: dict[str, np.ndarray], rows_multiple: int = 1) -> dict[str, np.ndarray]:

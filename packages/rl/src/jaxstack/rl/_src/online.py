@@ -269,8 +269,8 @@ class GrpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
-        # the model passes run over the rows packed: rows of a 9-token prompt and a completion
-        # of a few tokens in 16 columns are half padding; packed, the recipe's update halved
+        # the model passes run over the rows packed: the recipe's rows (a 7-token prompt, a
+        # completion of a few tokens) in 16 columns are 40% padding; packed, its update halved
         packed = pack_rows(rollouts.batch, math.lcm(self.actor.mesh.size, self.reference.mesh.size))
         batch = place_rows(self.actor, packed)
         if self.ref_params is not None:
