@@ -20,6 +20,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import functools
+import itertools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -306,39 +307,44 @@ class ModelRunner:
     def launch(self, batch: ScheduledBatch, previous: LaunchedStep | None = None) -> LaunchedStep:
         """Launch one step's programs and return without waiting for them. A sequence whose
         last token `previous` sampled and the host has not recorded yet (`num_pending`) has
-        that token read on the device, from `previous.token_rows`."""
-        n_seqs = len(batch.seqs)
+        that token read on the device, from `previous.token_rows`.
+
+        The inputs are built with whole-array NumPy operations over the step's rows: a loop
+        over the sequences cost about 20 us each, 5 ms a step at 256 sequences (a GRPO
+        rollout's), on a host that has the next step to launch meanwhile."""
+        seqs, n_seqs = batch.seqs, len(batch.seqs)
         t = self.bucket(batch.num_tokens)
         shape = (t, self.step_rows(t, n_seqs))
         x = self._empty_inputs(*shape)
-        previous_row = {} if previous is None else {id(q): i for i, q in enumerate(previous.seqs)}
-        offsets, row = [], 0
-        for i, (seq, n) in enumerate(zip(batch.seqs, batch.num_new_tokens, strict=True)):
-            start = seq.num_computed_tokens
-            tokens = seq.token_ids
-            pos = np.arange(start, start + n)
-            blocks = np.asarray(seq.block_ids)
-            known = tokens[start : start + n]  # short of n by the tokens still on the device
-            x.tokens[row : row + len(known)] = known
-            if seq.num_pending:
-                x.previous_rows[row + n - 1] = previous_row[id(seq)]
-            x.positions[row : row + n] = pos
-            x.segment_ids[row : row + n] = 1
-            x.adapter_rows[row : row + n] = seq.adapter
-            x.slot_mapping[row : row + n] = (
-                blocks[pos // self.block_size] * self.block_size + pos % self.block_size
-            )
-            nxt = tokens[start + 1 : start + n + 1]
-            x.next_tokens[row : row + len(nxt)] = nxt
-            x.kv_lens[i] = start + n
-            x.block_tables[i, : len(blocks)] = blocks
-            offsets.append(row)
-            row += n
-            x.query_start_loc[i + 1] = row
-            x.logits_indices[i] = row - 1
-        x.query_start_loc[n_seqs + 1 :] = row
+        counts = np.asarray(batch.num_new_tokens, np.int64)
+        starts = np.fromiter((q.num_computed_tokens for q in seqs), np.int64, n_seqs)
+        ends = np.cumsum(counts)
+        rows = int(counts.sum())
+        owner = np.repeat(np.arange(n_seqs), counts)  # the sequence of each row
+        offset = np.arange(rows) - (ends - counts)[owner]  # the row's place in its chunk
+        pos = starts[owner] + offset
+        # each sequence's tokens from its first new one, and the one after its last (prompt
+        # log-probabilities): short by the tokens still on the device, zeros past the end
+        chunks = zip(seqs, starts.tolist(), counts.tolist(), strict=True)
+        window = _padded([q.token_ids[s : s + n + 1] for q, s, n in chunks], int(counts.max()) + 1)
+        x.tokens[:rows] = window[owner, offset]
+        x.next_tokens[:rows] = window[owner, offset + 1]
+        if previous is not None:
+            previous_row = {id(q): i for i, q in enumerate(previous.seqs)}
+            pending = [i for i, q in enumerate(seqs) if q.num_pending]
+            x.previous_rows[ends[pending] - 1] = [previous_row[id(seqs[i])] for i in pending]
+        x.block_tables[:n_seqs] = _padded([q.block_ids for q in seqs], self.blocks_per_seq)
+        block = x.block_tables[owner, pos // self.block_size]
+        x.slot_mapping[:rows] = block * self.block_size + pos % self.block_size
+        x.positions[:rows] = pos
+        x.segment_ids[:rows] = 1
+        x.adapter_rows[:rows] = np.fromiter((q.adapter for q in seqs), np.int32, n_seqs)[owner]
+        x.kv_lens[:n_seqs] = starts + counts
+        x.query_start_loc[1 : n_seqs + 1] = ends
+        x.query_start_loc[n_seqs + 1 :] = rows
+        x.logits_indices[:n_seqs] = ends - 1
         x.num_seqs[...] = n_seqs
-        seqs = batch.seqs
+        offsets = (ends - counts).tolist()
         scores = any(
             q.prompt_logprobs is not None and q.num_computed_tokens < len(q.prompt_token_ids)
             for q in seqs
@@ -486,3 +492,14 @@ class ModelRunner:
                     bias[i, ~q.guided.allowed()] = -np.inf
             penalties = sampler.Penalties(counts, prompt_mask, bias)
         return inputs, penalties
+
+
+def _padded(lists: list[list[int]], width: int) -> np.ndarray:
+    """Lists of ints as the rows of a zero-padded int32 [len(lists), width] array, in whole-
+    array operations (one list at a time costs a NumPy call each)."""
+    lengths = np.fromiter(map(len, lists), np.int64, len(lists))
+    owner = np.repeat(np.arange(len(lists)), lengths)
+    out = np.zeros((len(lists), width), np.int32)
+    flat = np.fromiter(itertools.chain.from_iterable(lists), np.int32, owner.size)
+    out[owner, np.arange(owner.size) - (np.cumsum(lengths) - lengths)[owner]] = flat
+    return out
