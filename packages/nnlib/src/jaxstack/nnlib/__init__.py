@@ -17,7 +17,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
     __name__,
     submod_attrs={
         "_src.attention": ["Attention"],
-        "_src.attention_fn": ["AttentionFn", "dot_product_attention"],
+        "_src.attention_fn": ["AttentionFn", "dot_product_attention", "masked_attention"],
         "_src.block": ["Block"],
         "_src.cache": ["ContiguousKVCache", "KVCache"],
         "_src.config": ["ModelConfig"],

@@ -67,5 +67,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
         "_src.rewards": ["Reward"],
         "_src.run": ["RunResult"],
         "_src.sft": ["sft"],
+        "_src.shared_prompt": ["pack_groups", "shared_prompt_attention"],
     },
 )

@@ -82,7 +82,9 @@ def masked_attention(
 ) -> jax.Array:
     """GQA attention of q [B,Tq,H,D] over k/v [B,Tk,K,D] with mask [B,Tq,Tk]; f32 softmax.
 
-    Queries whose mask row is empty (padding) get a zero output, never NaN.
+    Queries whose mask row is empty (padding) get a zero output, never NaN. Public for
+    attention functions whose masks segment ids cannot express (they build the mask and call
+    this).
     """
     b, tq, h, d = q.shape
     kv_heads = k.shape[2]

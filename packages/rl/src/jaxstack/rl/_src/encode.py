@@ -210,10 +210,9 @@ def pack_rows(batch: dict[str, np.ndarray], rows_multiple: int = 1) -> dict[str,
     `loss_mask`, its `completion_index` (`completion_positions`), `packed_tokens`,
     `packed_positions` and `packed_segment_ids` `[P, W]` (W: the batch's width, at least
     `MIN_PACKED_WIDTH`) and `completion_source`: the flat packed position (`row * W + column`)
-    of each `completion_index` entry. P is rounded up to a multiple of `rows_multiple` (the
-    devices the rows are split over) and of a power of two >= P / 16, so that a run compiles
-    for a few row counts and pads at most about a sixteenth. Grain's first-fit packer does the
-    same for a dataset, but took 1.4 s for 2,048 rows: longer than the update it shortens.
+    of each `completion_index` entry; P is rounded by `packed_row_count`. Grain's first-fit
+    packer does the same for a dataset, but took 1.4 s for 2,048 rows: longer than the update
+    it shortens. GRPO's groups pack tighter with `pack_groups` (each prompt once).
     """
     rows, columns = batch["segment_ids"].shape
     lengths = np.count_nonzero(batch["segment_ids"], axis=1)
@@ -228,8 +227,7 @@ def pack_rows(batch: dict[str, np.ndarray], rows_multiple: int = 1) -> dict[str,
         segment[i] = members[j]
         room[j] -= n
         used = max(used, j + 1)
-    step = math.lcm(1 << max(0, math.ceil(math.log2(max(used, 1) / 16))), rows_multiple)
-    count = -(-used // step) * step
+    count = packed_row_count(used, rows_multiple)
     column = np.arange(columns)
     real = column[None, :] < lengths[:, None]
     where = ((packed_row * width + offset)[:, None] + column[None, :])[real]
@@ -242,9 +240,26 @@ def pack_rows(batch: dict[str, np.ndarray], rows_multiple: int = 1) -> dict[str,
         packed["packed_" + key] = np.zeros(count * width, np.int32)
         packed["packed_" + key][where] = values
         packed["packed_" + key] = packed["packed_" + key].reshape(count, width)
-    source = np.zeros(rows * columns, np.int32)
-    source[real.reshape(-1)] = where
-    index = completion_positions(batch["loss_mask"])
+    source = np.zeros(real.shape, np.int64)
+    source[real] = where
+    return with_completion_source(packed, batch["loss_mask"], source)
+
+
+def packed_row_count(used: int, rows_multiple: int) -> int:
+    """`used` packed rows rounded up to a multiple of `rows_multiple` (the devices the rows are
+    split over) and of a power of two >= used / 16: a run compiles for a few row counts and
+    pads at most about a sixteenth."""
+    step = math.lcm(1 << max(0, math.ceil(math.log2(max(used, 1) / 16))), rows_multiple)
+    return -(-used // step) * step
+
+
+def with_completion_source(
+    packed: dict[str, np.ndarray], loss_mask: np.ndarray, where: np.ndarray
+) -> dict[str, np.ndarray]:
+    """`packed` with the rows' `completion_index` and its `completion_source`, read from
+    `where`: the flat packed position of each row position `[B, T]`."""
+    index = completion_positions(loss_mask)
+    source = where.reshape(-1).astype(np.int32)
     packed["completion_index"] = index
     packed["completion_source"] = source[np.minimum(index, source.size - 1)]  # padding: any
     return packed

@@ -10,7 +10,8 @@ One iteration (`train.steps` of them):
 Rows are padded to the smallest of 16, 32, 64, ... columns (up to `data.seq_len`) that holds the
 iteration's longest completion, as TRL pads to its longest: short completions cost a short
 update, and the iterations share a handful of compiled programs. GRPO's model passes go further
-and run over the rows packed several to a row (`pack_rows`), so padding costs next to nothing.
+and run over packed rows, each group's prompt once with its completions after it (`pack_groups`;
+`pack_rows` for models with sliding windows), so neither padding nor the prompt's copies cost.
 Each role (actor, reference, rollout engine) lives on the mesh `roles.<role>` names
 (placement.py).
 """
@@ -31,6 +32,7 @@ import numpy as np
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import pack_rows, sequence_batch, shuffled_batches, trim_padding
+from jaxstack.rl._src.shared_prompt import pack_groups, shared_prompt_attention, shares_prompts
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.logprobs import (
     completion_logprobs,
@@ -61,6 +63,7 @@ class Rollouts:
     rewards: np.ndarray  # [B*G]
     valid: np.ndarray  # [B*G], 0 where a reward raised and was skipped
     metrics: dict[str, float]
+    prompt_lengths: np.ndarray  # [B], the tokens of each group's prompt
 
 
 class Rollouter:
@@ -141,7 +144,7 @@ class Rollouter:
             rollout_s=rollout_s,
             rollout_tokens_per_sec=done.num_tokens / rollout_s,
         )
-        return Rollouts(batch, rewards, valid, metrics)
+        return Rollouts(batch, rewards, valid, metrics, np.array([len(p) for p in prompts]))
 
 
 def completion_metrics(
@@ -238,12 +241,16 @@ class GrpoUpdate:
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
         self.on_policy = g.updates_per_iteration == 1
+        # The model passes read each group's prompt once (`pack_groups`), unless a sliding
+        # window needs the rows whole (`pack_rows`).
+        self.shares_prompts = shares_prompts(policy.model.config)
+        apply = policy.apply_with(shared_prompt_attention) if self.shares_prompts else policy.apply
         # Log-probs at the completion positions only (the batch's completion_index): the
         # output projection and softmax skip the prompt and padding positions.
-        self.logprobs = jax.jit(partial(completion_logprobs, policy.apply, temperature=temperature))
+        self.logprobs = jax.jit(partial(completion_logprobs, apply, temperature=temperature))
 
         def loss_fn(params, batch):
-            logps = completion_logprobs(policy.apply, params, batch, temperature)
+            logps = completion_logprobs(apply, params, batch, temperature)
             return losses.grpo_loss(
                 logps,
                 jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
@@ -269,9 +276,14 @@ class GrpoUpdate:
     def iteration(self, state, iteration: int, rollouter: Rollouter):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
-        # the model passes run over the rows packed: the recipe's rows (a 7-token prompt, a
+        # the model passes run over packed rows: the recipe's rows (a 7-token prompt, a
         # completion of a few tokens) in 16 columns are 40% padding; packed, its update halved
-        packed = pack_rows(rollouts.batch, math.lcm(self.actor.mesh.size, self.reference.mesh.size))
+        devices = math.lcm(self.actor.mesh.size, self.reference.mesh.size)
+        if self.shares_prompts:
+            group = self.config.rollout.group_size
+            packed = pack_groups(rollouts.batch, rollouts.prompt_lengths, group, devices)
+        else:
+            packed = pack_rows(rollouts.batch, devices)
         batch = place_rows(self.actor, packed)
         if self.ref_params is not None:
             ref_rows = place_rows(self.reference, packed)

@@ -85,6 +85,14 @@ class Policy:
 
         return Encoder(self.tokenizer, self.assets.template)
 
+    def apply_with(self, attention_fn: Any) -> Any:
+        """`apply` (over the same params) of the module with another attention function."""
+        from jaxstack import nnlib
+
+        model = nnx.clone(self.model)  # the arrays are shared, not copied
+        model.attention_fn = attention_fn
+        return nnlib.as_function(model, wrt=nnx.LoRAParam if self.lora else nnx.Param)[0]
+
     def served_params(self, params: Any) -> Any:
         """Weights for an engine serving the model without adapters (LoRA merged in)."""
         if not self.lora:
