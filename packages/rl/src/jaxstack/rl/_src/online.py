@@ -32,7 +32,6 @@ import numpy as np
 from jaxstack.rl._src import losses
 from jaxstack.rl._src.config import RLConfig
 from jaxstack.rl._src.encode import pack_rows, sequence_batch, shuffled_batches, trim_padding
-from jaxstack.rl._src.shared_prompt import pack_groups, shared_prompt_attention, shares_prompts
 from jaxstack.rl._src.errors import ConfigError
 from jaxstack.rl._src.logprobs import (
     completion_logprobs,
@@ -53,6 +52,7 @@ from jaxstack.rl._src.run import (
     optimizer,
 )
 from jaxstack.rl._src.sft import export_model, require_data
+from jaxstack.rl._src.shared_prompt import pack_groups, shared_prompt_attention, shares_prompts
 
 
 @dataclasses.dataclass
