@@ -15,7 +15,7 @@ import pytest
 from flax import nnx
 
 from jaxstack import datalib, nnlib
-from jaxstack.serving import LLM, ConfigError, SamplingParams, StructuredOutput
+from jaxstack.serving import LLM, ConfigError, InvalidInputError, SamplingParams, StructuredOutput
 from jaxstack.serving._src.llm.model_runner import num_compilations
 
 TOKENIZER = datalib.ByteTokenizer()
@@ -274,6 +274,16 @@ def test_update_weights_serves_the_new_model_without_recompiling(tiny_lm_config)
     got = llm.generate(PROMPTS[:2], GREEDY)
     assert [o.outputs[0].token_ids for o in got] == reference_greedy(other, PROMPTS[:2], 12)
     assert num_compilations() == before
+
+
+def test_update_weights_refuses_another_model_and_keeps_serving_its_own(tiny_lm_config):
+    model = make_model(tiny_lm_config)
+    llm = LLM(model, TOKENIZER, **ENGINE)
+    wider = make_model(tiny_lm_config.replace(mlp_dim=256), seed=1)
+    with pytest.raises(InvalidInputError, match="structure, shapes and dtypes"):
+        llm.update_weights(nnx.state(wider, nnx.Param))
+    got = llm.generate(PROMPTS[:2], GREEDY)
+    assert [o.outputs[0].token_ids for o in got] == reference_greedy(model, PROMPTS[:2], 12)
 
 
 def broken_params(**fields) -> SamplingParams:

@@ -76,7 +76,11 @@ def test_quantised_directory_serves_the_quantised_model(run_dir, tmp_path):
     llm = LLM(tmp_path / "int8", max_num_seqs=4, max_num_batched_tokens=32)
     ids = datalib.ByteTokenizer().encode("hello there")
     assert llm.generate(["hello there"], GREEDY)[0].outputs[0].token_ids == reference(qmodel, ids)
-    stored = [v for v in jax.tree_util.tree_leaves(llm.engine.runner.state) if v.dtype == "int8"]
+    stored = [
+        v
+        for v in jax.tree_util.tree_leaves((llm.engine.runner.params, llm.engine.runner.rest))
+        if v.dtype == "int8"
+    ]
     assert stored, "the served model holds no int8 weights"
 
 

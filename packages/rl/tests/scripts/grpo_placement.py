@@ -11,7 +11,6 @@ import sys
 import tempfile
 
 import jax
-from flax import nnx
 
 from jaxstack import rl
 from jaxstack.rl._src.online import GrpoUpdate, Rollouter
@@ -69,7 +68,7 @@ def run(placement: str) -> dict:
         losses.append(metrics["loss"])
         rewards.append(metrics["reward"])
         kls.append(metrics["kl"])
-    engine_params = nnx.state(rollouter.sampler.llm.engine.runner.model, nnx.Param)
+    engine_params = rollouter.sampler.llm.engine.runner.params
     return {
         "actor": devices(state["params"]),
         "optimizer": devices(state["opt_state"]),

@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import jax
 import numpy as np
 
 from jaxstack.rl._src.encode import Encoder
@@ -66,10 +67,12 @@ class EngineSampler:
         from jaxstack.serving import LLM
 
         self.policy = policy
-        self.placement = placement
         self.seed = seed
         model = policy.base_model()
-        nnx.update(model, placement.put(nnx.state(model, nnx.Param)))
+        weights = nnx.state(model, nnx.Param)
+        # computed once: the weights handed over each iteration keep the same layout
+        self.shardings = placement.param_shardings(weights)
+        nnx.update(model, jax.device_put(weights, self.shardings))
         self.llm = LLM(
             model,
             policy.tokenizer,
@@ -81,7 +84,7 @@ class EngineSampler:
         )
 
     def update_weights(self, params: Any) -> None:
-        self.llm.update_weights(self.placement.put(self.policy.served_params(params)))
+        self.llm.update_weights(jax.device_put(self.policy.served_params(params), self.shardings))
 
     def sample(
         self,

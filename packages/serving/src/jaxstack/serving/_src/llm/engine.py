@@ -41,7 +41,7 @@ from jaxstack.serving._src.llm.lora import attach_adapters
 from jaxstack.serving._src.llm.model_runner import LaunchedStep, ModelRunner, StepResult
 from jaxstack.serving._src.llm.sampling_params import SamplingParams
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch, Scheduler
-from jaxstack.serving._src.llm.sequence import Sequence, derived_seed, sampler_seed
+from jaxstack.serving._src.llm.sequence import Sequence, sample_seeds, sampler_seed
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,7 +265,7 @@ class LLMEngine:
             int(self._seeds.integers(2**32)) if params.seed is None else sampler_seed(params.seed)
         )
         seqs = []
-        for i in range(params.n):
+        for i, seed in enumerate(sample_seeds(base, params.n)):
             detok = None
             if self.tokenizer is not None and params.detokenize:
                 detok = Detokenizer(self.tokenizer, params.stop, params.include_stop_str_in_output)
@@ -274,7 +274,7 @@ class LLMEngine:
                 i,
                 prompt_token_ids,
                 params,
-                seed=base if params.n == 1 else derived_seed(base, i),
+                seed=seed,
                 max_tokens=max_tokens,
                 eos_token_ids=self.eos_token_ids,
                 detokenizer=detok,

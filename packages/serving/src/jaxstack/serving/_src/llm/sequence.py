@@ -35,9 +35,13 @@ def sampler_seed(seed: int) -> int:
     return int(np.random.SeedSequence(seed % 2**64).generate_state(1)[0])
 
 
-def derived_seed(seed: int, index: int) -> int:
-    """Sample `index` of a seeded request gets its own reproducible seed (from a folded one)."""
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+def sample_seeds(seed: int, n: int) -> list[int]:
+    """The seeds of a request's `n` samples: its own for one sample; for several, each its own
+    reproducible one, drawn from the request's seed in one call (20 us per call: a GRPO round
+    of 16 prompts x 8 samples spent 2.5 ms drawing them one by one)."""
+    if n == 1:
+        return [seed]
+    return np.random.SeedSequence(seed).generate_state(n).tolist()
 
 
 class Sequence:
