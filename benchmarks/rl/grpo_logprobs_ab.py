@@ -5,13 +5,15 @@
 
 A same-process A/B/C (the variants called in turn, medians over the calls after the first 5):
 `token_logprobs` (logits at every position, as rl 0.7.1's GRPO), `completion_logprobs` (at the
-loss mask's positions only, rl 0.8.0's) and the same on the rows packed several to a row (rl
-0.9.0's update, `pack_rows`), on `tiny-grpo`'s model freshly initialised (`--model d256`:
-vs_trl.py's larger one; `arithmetic`: the arithmetic recipe's) with a `--vocab`-token
-vocabulary, over `--prompts` x 8 rows shaped like vs_trl.py's `grpo` case: prompts of 5-12
-random tokens, completions of 1 to `--max-new-tokens` (geometric lengths above 4), in 16
-columns (32 when a row needs them, as GRPO trims its rows); AdamW, GRPO's loss with KL. Prints
-the medians, the ratios to every position's and the load average.
+loss mask's positions only, rl 0.8.0's), the same on the rows packed several to a row (rl
+0.9.0's update, `pack_rows`) and on each group's prompt packed once with its completions after
+it (rl 0.10.0's, `pack_groups` and `shared_prompt_attention`), on `tiny-grpo`'s model freshly
+initialised (`--model d256`: vs_trl.py's larger one; `arithmetic`: the arithmetic recipe's)
+with a `--vocab`-token vocabulary, over `--prompts` x 8 rows shaped like vs_trl.py's `grpo`
+case: each prompt 5-12 random tokens, in its 8 rows, completions of 1 to `--max-new-tokens`
+(geometric lengths above 4), in 16 columns (32 when a row needs them, as GRPO trims its rows);
+AdamW, GRPO's loss with KL. Prints the medians, the ratios to every position's and the load
+average.
 """
 
 from __future__ import annotations
@@ -52,9 +54,12 @@ def main() -> None:
     fields = dict(TINY_GRPO, **MODELS[args.model], vocab_size=args.vocab, max_seq_len=128)
     model = nnlib.Transformer(nnlib.get_preset("tiny-llama").replace(**fields), rngs=nnx.Rngs(0))
     apply, params = nnlib.as_function(model)
+    model.attention_fn = rl.shared_prompt_attention
+    shared_apply = nnlib.as_function(model)[0]
     rng = np.random.default_rng(0)
     rows = 8 * args.prompts
-    prompts = rng.integers(5, 13, rows)
+    prompt_lengths = rng.integers(5, 13, args.prompts)
+    prompts = np.repeat(prompt_lengths, 8)
     completions = np.minimum(
         rng.integers(1, 5, rows) if longest <= 4 else rng.geometric(0.3, rows), longest
     )
@@ -63,8 +68,11 @@ def main() -> None:
     column = np.arange(columns)[None, :]
     real = column < ends[:, None]
     loss_mask = (real & (column >= prompts[:, None] - 1)).astype(np.float32)
+    tokens = rng.integers(3, 259, (rows, columns))
+    in_prompt = column < prompts[:, None]
+    tokens = np.where(in_prompt, np.repeat(tokens[::8], 8, axis=0), tokens)  # a group's prompt
     host = {
-        "tokens": np.where(real, rng.integers(3, 259, (rows, columns)), 0).astype(np.int32),
+        "tokens": np.where(real, tokens, 0).astype(np.int32),
         "targets": np.where(real, rng.integers(3, 259, (rows, columns)), 0).astype(np.int32),
         "segment_ids": real.astype(np.int32),
         "positions": np.where(real, column, 0).astype(np.int32),
@@ -76,10 +84,11 @@ def main() -> None:
     }
     batch = {**host, **extra, "completion_index": rl.completion_positions(loss_mask)}
     packed = {**rl.pack_rows(host), **extra}
+    grouped = {**rl.pack_groups(host, prompt_lengths, 8), **extra}
     tx = optax.adamw(1e-3, weight_decay=0.0)
     state = {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
-    def loss(logprobs):
+    def loss(logprobs, apply):
         def loss_fn(params, batch):
             logps = logprobs(apply, params, batch)
             return rl.grpo_loss(
@@ -95,15 +104,17 @@ def main() -> None:
         return loss_fn
 
     variants = {
-        "all": (rl.token_logprobs, batch),
-        "completions": (rl.completion_logprobs, batch),
-        "packed": (rl.completion_logprobs, packed),
+        "all": (rl.token_logprobs, apply, batch),
+        "completions": (rl.completion_logprobs, apply, batch),
+        "packed": (rl.completion_logprobs, apply, packed),
+        "groups": (rl.completion_logprobs, shared_apply, grouped),
     }
     calls = {}
-    for name, (logprobs, data) in variants.items():
+    for name, (logprobs, fn, data) in variants.items():
         data = jax.tree.map(jnp.asarray, data)
-        calls[f"reference forward, {name}"] = (jax.jit(partial(logprobs, apply)), params, data)
-        calls[f"train step, {name}"] = (jax.jit(make_train_step(loss(logprobs), tx)), state, data)
+        step = jax.jit(make_train_step(loss(logprobs, fn), tx))
+        calls[f"reference forward, {name}"] = (jax.jit(partial(logprobs, fn)), params, data)
+        calls[f"train step, {name}"] = (step, state, data)
     times = {name: [] for name in calls}
     for _ in range(args.calls):
         for name, (fn, first, data) in calls.items():
@@ -113,14 +124,15 @@ def main() -> None:
     ms = {name: statistics.median(t[5:]) * 1e3 for name, t in times.items()}
     print(
         f"model {args.model}, vocab {args.vocab}, rows {rows}x{columns} "
-        f"(packed {'x'.join(map(str, packed['packed_tokens'].shape))}), "
+        f"(packed {'x'.join(map(str, packed['packed_tokens'].shape))}, "
+        f"groups {'x'.join(map(str, grouped['packed_tokens'].shape))}), "
         f"{int(loss_mask.sum())} completion tokens "
         f"({batch['completion_index'].size} positions), load {os.getloadavg()[0]:.2f}"
     )
     for part in ("train step", "reference forward"):
         full = ms[f"{part}, all"]
         print(f"  {part}: all positions {full:.2f} ms", end="")
-        for name in ("completions", "packed"):
+        for name in ("completions", "packed", "groups"):
             print(
                 f", {name} {ms[f'{part}, {name}']:.2f} ms ({full / ms[f'{part}, {name}']:.2f}x)",
                 end="",
