@@ -117,16 +117,21 @@ class BlockManager:
         return [(parent.block_ids[full], child.block_ids[full])]
 
     def cache_full_blocks(self, seq: Sequence) -> None:
-        """Key the blocks of `seq` that are now completely computed."""
+        """Key the blocks of `seq` that are now completely computed (once each: a sequence
+        counts its blocks keyed so far, so a token that fills no block costs a comparison)."""
         if not self.enable_prefix_caching:
             return
-        self.update_hashes(seq)
         # A token still on the device (async scheduling) is computed but not yet known.
         full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
-        for block, key in zip(seq.block_ids[:full], seq.block_hashes[:full], strict=True):
+        keyed = seq.num_keyed_blocks
+        if full <= keyed:  # most tokens fill no block: nothing to hash or look up
+            return
+        self.update_hashes(seq)
+        for block, key in zip(seq.block_ids[keyed:full], seq.block_hashes[keyed:full], strict=True):
             if block not in self.hash_of and key not in self.cached:
                 self.hash_of[block] = key
                 self.cached[key] = block
+        seq.num_keyed_blocks = full
 
     def release(self, seq: Sequence) -> None:
         """Drop `seq`'s ownership; its tail blocks are freed first so that they are evicted
@@ -136,6 +141,7 @@ class BlockManager:
             if self.ref_counts[block] == 0:
                 self.free[block] = None
         seq.block_ids = []
+        seq.num_keyed_blocks = 0
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached key (new weights make the cached KV wrong)."""

@@ -50,6 +50,18 @@ SAMPLING_VARIANTS = tuple(
 )
 
 
+# The SamplingParams fields that `_sample` reads per row, as named in SamplingInputs.
+SAMPLING_SETTINGS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+)
+
+
 def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
     """Step sizes, never below MIN_BUCKET rows: with a single row XLA rewrites the cache
     scatter as a dynamic-update-slice that it does not do in place (a copy of the whole cache
@@ -503,17 +515,12 @@ class ModelRunner:
             f32(0.0),
             f32(1.0),
         )
-        for i, q in enumerate(seqs):
-            p = q.params
-            inputs.temperature[i] = p.temperature
-            inputs.top_k[i] = p.top_k
-            inputs.top_p[i] = p.top_p
-            inputs.min_p[i] = p.min_p
-            inputs.seed[i] = q.seed
-            inputs.step[i] = len(q.output.token_ids) + q.num_pending
-            inputs.presence_penalty[i] = p.presence_penalty
-            inputs.frequency_penalty[i] = p.frequency_penalty
-            inputs.repetition_penalty[i] = p.repetition_penalty
+        if seqs:  # one NumPy conversion per setting, not one assignment per setting and row
+            n, params = len(seqs), [q.params for q in seqs]
+            for name in SAMPLING_SETTINGS:
+                getattr(inputs, name)[:n] = [getattr(p, name) for p in params]
+            inputs.seed[:n] = [q.seed for q in seqs]
+            inputs.step[:n] = [len(q.output.token_ids) + q.num_pending for q in seqs]
         penalties = None
         if any(q.params.adjusts_logits for q in seqs):
             vocab = self.config.vocab_size

@@ -81,6 +81,7 @@ class Sequence:
         self.num_cached_tokens = 0
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []  # hashes of the full blocks of token_ids, in order
+        self.num_keyed_blocks = 0  # of block_ids, the first ones checked into the prefix cache
         self.arrival_time = time.monotonic()
         self.first_token_time: float | None = None
         self.error: BaseException | None = None  # why the engine failed it (finish "error")
