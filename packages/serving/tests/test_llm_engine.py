@@ -222,6 +222,25 @@ def test_n_samples_differ_and_repeat_with_the_seed(dense):
     assert samples == [tuple(o.token_ids) for o in again.outputs]
 
 
+def test_n_samples_compute_their_prompt_once(dense):
+    # The other samples fork from the first one's prompt KV: one prefill instead of n. The
+    # prompt's partly filled last block is copied, and every sample decodes on from it (on a
+    # 21-token prompt, past the copied block; on a 100-token one, after a chunked prefill).
+    model, _ = dense
+    llm = LLM(model, TOKENIZER, **ENGINE)  # nothing in its prefix cache
+    runner = llm.engine.runner
+    params = SamplingParams(n=4, temperature=0.0, max_tokens=24, ignore_eos=True)
+    runner.steps_by_shape.clear()
+    [alone] = llm.generate([PROMPTS[0]], params)
+    # 21 prompt tokens in a 32-token step, its four samples' rows; then four decode rows
+    assert runner.steps_by_shape == {(32, 4): 1, (4, 4): 23}
+    both = llm.generate([PROMPTS[0], PROMPTS[4]], params)
+    expected = reference_greedy(model, [PROMPTS[0], PROMPTS[4]], 24)
+    got = [[o.token_ids for o in request.outputs] for request in [alone, *both]]
+    assert got == [[expected[0]] * 4, [expected[0]] * 4, [expected[1]] * 4]
+    assert not any(llm.engine.blocks.ref_counts)  # shared blocks freed by every owner
+
+
 def test_stop_token_ids_strings_and_max_tokens(dense):
     _, llm = dense
     base = llm.generate(["the quick brown fox"], GREEDY.replace(max_tokens=30))[0].outputs[0]

@@ -16,6 +16,7 @@ from flax import nnx
 
 from jaxstack import nnlib
 from jaxstack.serving import LLM, SamplingParams
+from jaxstack.serving._src.llm.model_runner import _copy_blocks
 
 ENGINE = dict(max_num_seqs=8, max_num_batched_tokens=64)
 
@@ -41,6 +42,18 @@ def test_the_step_updates_the_kv_cache_in_place_whatever_its_capacity(model):
     # them smaller than one layer's keys.
     assert big.temp_size_in_bytes == small.temp_size_in_bytes
     assert big.temp_size_in_bytes < layer_bytes
+
+
+def test_a_forks_block_copy_writes_the_cache_in_place(model):
+    # n > 1 samples copy their prompt's last block once: a copy program that rewrote the
+    # cache out of place would cost in proportion to num_blocks.
+    runner = LLM(model, **ENGINE, num_blocks=4096).engine.runner
+    pairs = np.zeros(ENGINE["max_num_seqs"], np.int32)
+    static = dict(block_size=runner.block_size, kv_layout=runner.kv_layout)
+    compiled = _copy_blocks.lower(runner.k, runner.v, pairs, pairs, **static).compile()
+    memory = compiled.memory_analysis()
+    assert memory.alias_size_in_bytes == runner.k.nbytes + runner.v.nbytes
+    assert memory.temp_size_in_bytes < runner.k.nbytes // model.config.num_layers // 8
 
 
 # Block tables four loop chunks wide (the XLA attention walks them 16 pages at a time): the
@@ -147,8 +160,8 @@ def test_a_steps_sequence_rows_follow_its_sequences_not_its_tokens(model):
         (16, 1), (16, 2), (16, 4), (16, 8), (32, 2), (32, 4), (32, 8), (64, 4), (64, 8),
     ]  # fmt: skip
     # The model per step shape; sampling per row bucket x (greedy, sampled, top-k/top-p) x
-    # (with, without log-probability alternatives).
-    assert runner.num_programs == 18 + 4 * 3 * 2
+    # (with, without log-probability alternatives); the forks' block copy per row bucket.
+    assert runner.num_programs == 18 + 4 * 3 * 2 + 4
     greedy = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
     llm.generate([[1, 2, 3, 4, 5]], greedy)
     assert runner.steps_by_shape == {(8, 1): 1, (2, 1): 3}  # the prefill, three decodes

@@ -238,6 +238,12 @@ class GrpoUpdate:
         g, temperature = config.grpo, config.rollout.temperature
         # Without a KL term the reference policy is never read: no copy, no forward pass.
         self.ref_params = self.reference.put(policy.params) if g.kl_coef else None
+        # A reference on the actor's mesh runs its forward pass inside the train step (one
+        # program, the rows placed once); on devices of its own it runs there, and its
+        # log-probs are sent to the actor.
+        self.reference_in_step = self.ref_params is not None and (
+            (self.reference.mesh, self.reference.rules) == (self.actor.mesh, self.actor.rules)
+        )
         # One update per batch is on-policy: the sampling policy is the one being updated, so
         # its log-probs are those of the loss's own forward pass (ratio 1), not a second one.
         self.on_policy = g.updates_per_iteration == 1
@@ -251,11 +257,22 @@ class GrpoUpdate:
 
         def loss_fn(params, batch):
             logps = completion_logprobs(apply, params, batch, temperature)
+            ref_logps = batch.get("ref_logps")
+            if "reference_params" in batch:
+                ref_logps = completion_logprobs(
+                    apply, batch["reference_params"], batch, temperature
+                )
+            advantages = losses.group_advantages(
+                batch["rewards"],
+                config.rollout.group_size,
+                valid=batch["valid"],
+                scale=g.scale_rewards,
+            )
             return losses.grpo_loss(
                 logps,
                 jax.lax.stop_gradient(logps) if self.on_policy else batch["old_logps"],
-                batch.get("ref_logps"),
-                batch["advantages"],
+                ref_logps,
+                advantages,
                 batch["loss_mask"],
                 clip_eps=g.clip_eps,
                 kl_coef=g.kl_coef,
@@ -284,20 +301,16 @@ class GrpoUpdate:
             packed = pack_groups(rollouts.batch, rollouts.prompt_lengths, group, devices)
         else:
             packed = pack_rows(rollouts.batch, devices)
+        packed |= {"rewards": rollouts.rewards, "valid": rollouts.valid}  # advantages in the step
         batch = place_rows(self.actor, packed)
-        if self.ref_params is not None:
+        if self.reference_in_step:
+            batch["reference_params"] = self.ref_params
+        elif self.ref_params is not None:
             ref_rows = place_rows(self.reference, packed)
             ref_logps = self.logprobs(self.ref_params, ref_rows)
             batch["ref_logps"] = self.actor.put_batch(ref_logps)
         if not self.on_policy:
             batch["old_logps"] = self.logprobs(state["params"], batch)
-        advantages = losses.group_advantages(
-            jnp.asarray(rollouts.rewards),
-            self.config.rollout.group_size,
-            valid=jnp.asarray(rollouts.valid),
-            scale=self.config.grpo.scale_rewards,
-        )
-        batch["advantages"] = self.actor.put_batch(advantages)
         for _ in range(self.config.grpo.updates_per_iteration):
             state, metrics = self.train_step(state, batch)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}

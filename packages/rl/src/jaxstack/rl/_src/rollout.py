@@ -84,7 +84,13 @@ class EngineSampler:
         )
 
     def update_weights(self, params: Any) -> None:
-        self.llm.update_weights(jax.device_put(self.policy.served_params(params), self.shardings))
+        served = self.policy.served_params(params)
+        # Weights already laid out as the engine's (an actor on the rollout's mesh) go as they
+        # are: `jax.device_put` checks each leaf anyway, 0.6 ms a call at d_model 64.
+        layouts = zip(jax.tree.leaves(served), jax.tree.leaves(self.shardings), strict=True)
+        if not all(a.sharding == sharding for a, sharding in layouts):
+            served = jax.device_put(served, self.shardings)
+        self.llm.update_weights(served)
 
     def sample(
         self,

@@ -98,17 +98,40 @@ class BlockManager:
             seq.block_ids.append(block)
         return True
 
+    def fork(
+        self, child: Sequence, parent: Sequence, num_tokens: int
+    ) -> list[tuple[int, int]] | None:
+        """Give `child` the KV of `parent`'s first `num_tokens` tokens: their full blocks
+        shared (each counts both owners), a partly filled last block copied into a fresh one
+        of its own. Returns the (source, destination) blocks to copy on the device, or None
+        (nothing taken) when no block is free for the copy."""
+        full, partial = divmod(num_tokens, self.block_size)
+        if partial and not self.free:
+            return None
+        for block in parent.block_ids[:full]:
+            self._own(block)
+            child.block_ids.append(block)
+        if not partial:
+            return []
+        self.allocate(child, num_tokens)
+        return [(parent.block_ids[full], child.block_ids[full])]
+
     def cache_full_blocks(self, seq: Sequence) -> None:
-        """Key the blocks of `seq` that are now completely computed."""
+        """Key the blocks of `seq` that are now completely computed (once each: a sequence
+        counts its blocks keyed so far, so a token that fills no block costs a comparison)."""
         if not self.enable_prefix_caching:
             return
-        self.update_hashes(seq)
         # A token still on the device (async scheduling) is computed but not yet known.
         full = min(seq.num_computed_tokens, seq.num_tokens) // self.block_size
-        for block, key in zip(seq.block_ids[:full], seq.block_hashes[:full], strict=True):
+        keyed = seq.num_keyed_blocks
+        if full <= keyed:  # most tokens fill no block: nothing to hash or look up
+            return
+        self.update_hashes(seq)
+        for block, key in zip(seq.block_ids[keyed:full], seq.block_hashes[keyed:full], strict=True):
             if block not in self.hash_of and key not in self.cached:
                 self.hash_of[block] = key
                 self.cached[key] = block
+        seq.num_keyed_blocks = full
 
     def release(self, seq: Sequence) -> None:
         """Drop `seq`'s ownership; its tail blocks are freed first so that they are evicted
@@ -118,6 +141,7 @@ class BlockManager:
             if self.ref_counts[block] == 0:
                 self.free[block] = None
         seq.block_ids = []
+        seq.num_keyed_blocks = 0
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached key (new weights make the cached KV wrong)."""

@@ -285,6 +285,8 @@ class LLMEngine:
                 seq.guided = GuidedDecoder(params.structured_output, self.tokenizer, vocab)
             seqs.append(seq)
             self.scheduler.add(seq)
+        if params.prompt_logprobs is None and max_tokens > 0:  # one prefill for all n
+            seqs[0].forks = seqs[1:]
         self.sequences[request_id] = seqs
         self.num_prompt_tokens += len(prompt_token_ids)
         return seqs

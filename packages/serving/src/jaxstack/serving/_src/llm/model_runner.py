@@ -33,7 +33,7 @@ from jaxstack.serving._src.errors import InvalidInputError
 from jaxstack.serving._src.llm import sampler
 from jaxstack.serving._src.llm.block_manager import NULL_BLOCK
 from jaxstack.serving._src.llm.lora import set_adapter_rows
-from jaxstack.serving._src.llm.paged_cache import PagedKVCache, default_kv_layout
+from jaxstack.serving._src.llm.paged_cache import PagedKVCache, copy_blocks, default_kv_layout
 from jaxstack.serving._src.llm.scheduler import ScheduledBatch
 from jaxstack.serving._src.models.batcher import default_batch_sizes
 
@@ -47,6 +47,18 @@ SAMPLING_VARIANTS = tuple(
     (greedy, sort, top)
     for greedy, sort in ((True, False), (False, False), (False, True))
     for top in (False, True)
+)
+
+
+# The SamplingParams fields that `_sample` reads per row, as named in SamplingInputs.
+SAMPLING_SETTINGS = (
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
 )
 
 
@@ -202,6 +214,19 @@ def _sample(logits, s, penalties, *, num_top, all_greedy, top_k_top_p, max_num_s
     return sampled, token_rows
 
 
+@functools.partial(jax.jit, static_argnames=("block_size", "kv_layout"), donate_argnames=("k", "v"))
+def _copy_blocks(k, v, source, destination, *, block_size, kv_layout):
+    global _traces
+    _traces += 1  # runs only while tracing
+    return copy_blocks(k, v, source, destination, block_size=block_size, kv_layout=kv_layout)
+
+
+def fork_copy(fork, block_size: int) -> tuple[int, int] | None:
+    """The block a fork copies from its parent: their prompt's partly filled last block."""
+    full, partial = divmod(len(fork.prompt_token_ids), block_size)
+    return (fork.parent.block_ids[full], fork.block_ids[full]) if partial else None
+
+
 def array_layout(tree: Any) -> tuple[Any, list[tuple[tuple[int, ...], Any]]]:
     """A pytree's structure and its leaves' shapes and dtypes: what new weights must match."""
     leaves, structure = jax.tree.flatten(tree)
@@ -289,9 +314,10 @@ class ModelRunner:
     @property
     def num_programs(self) -> int:
         """Programs `warmup` compiles: the model per step shape, sampling per row bucket and
-        sampling variant."""
+        sampling variant, and the forks' block copy per row bucket."""
         shapes = self.step_shapes()
-        return len(shapes) + len({r for _, r in shapes}) * len(SAMPLING_VARIANTS)
+        rows = len({r for _, r in shapes})
+        return len(shapes) + rows * len(SAMPLING_VARIANTS) + len(self.row_buckets)
 
     def warmup(self) -> None:
         """Compile every step shape, and for each row bucket greedy, sampling, and sampling
@@ -305,6 +331,8 @@ class ModelRunner:
                 self._launch(
                     x, all_greedy=all_greedy, top_k_top_p=top_k_top_p, top_logprobs=top_logprobs
                 ).result()
+        for r in self.row_buckets:  # forks' block copies
+            self.copy_blocks([(NULL_BLOCK, NULL_BLOCK)] * r)
 
     def launch(self, batch: ScheduledBatch, previous: LaunchedStep | None = None) -> LaunchedStep:
         """Launch one step's programs and return without waiting for them. A sequence whose
@@ -315,10 +343,13 @@ class ModelRunner:
         over the sequences cost about 20 us each, 5 ms a step at 256 sequences (a GRPO
         rollout's), on a host that has the next step to launch meanwhile."""
         seqs, n_seqs = batch.seqs, len(batch.seqs)
-        t = self.bucket(batch.num_tokens)
+        counts = np.asarray(batch.num_new_tokens, np.int64)
+        # Forks (no tokens, last in the batch) are padding to attention; they sample from
+        # their parent's last row. A step never has more sequence rows than token rows.
+        live = int(np.count_nonzero(counts))
+        t = self.bucket(max(batch.num_tokens, n_seqs))
         shape = (t, self.step_rows(t, n_seqs))
         x = self._empty_inputs(*shape)
-        counts = np.asarray(batch.num_new_tokens, np.int64)
         starts = np.fromiter((q.num_computed_tokens for q in seqs), np.int64, n_seqs)
         ends = np.cumsum(counts)
         rows = int(counts.sum())
@@ -341,11 +372,16 @@ class ModelRunner:
         x.positions[:rows] = pos
         x.segment_ids[:rows] = 1
         x.adapter_rows[:rows] = np.fromiter((q.adapter for q in seqs), np.int32, n_seqs)[owner]
-        x.kv_lens[:n_seqs] = starts + counts
-        x.query_start_loc[1 : n_seqs + 1] = ends
-        x.query_start_loc[n_seqs + 1 :] = rows
+        x.kv_lens[:live] = (starts + counts)[:live]
+        x.query_start_loc[1 : live + 1] = ends[:live]
+        x.query_start_loc[live + 1 :] = rows
         x.logits_indices[:n_seqs] = ends - 1
-        x.num_seqs[...] = n_seqs
+        x.num_seqs[...] = live
+        copies = []
+        if live < n_seqs:
+            row = {id(q): i for i, q in enumerate(seqs[:live])}
+            x.logits_indices[live:n_seqs] = [ends[row[id(q.parent)]] - 1 for q in seqs[live:]]
+            copies = [fork_copy(q, self.block_size) for q in seqs[live:]]
         offsets = (ends - counts).tolist()
         scores = any(
             q.prompt_logprobs is not None and q.num_computed_tokens < len(q.prompt_token_ids)
@@ -362,6 +398,7 @@ class ModelRunner:
             ),
             top_logprobs=any(q.params.logprobs for q in seqs),
             scores=scores,
+            copies=[c for c in copies if c is not None],
         )
         self.steps_by_shape[shape] += 1
         return launched
@@ -423,17 +460,29 @@ class ModelRunner:
         top_k_top_p=True,
         top_logprobs=True,
         scores=False,
+        copies=(),
     ) -> LaunchedStep:
         inputs, penalties = self._sampling_args(x.kv_lens.shape[0], seqs)
         args, static = self._step_args(x, previous, scores=scores)
         if self.before_launch is not None:
             self.before_launch()
         logits, prompt, self.k, self.v = _forward(*args, **static)
+        if copies:
+            self.copy_blocks(copies)
         static = self._sampling_static(
             all_greedy=all_greedy, top_k_top_p=top_k_top_p, top_logprobs=top_logprobs
         )
         sampled, token_rows = _sample(logits, inputs, penalties, **static)
         return LaunchedStep(list(seqs), sampled, token_rows, prompt, list(row_offsets))
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy blocks (source, destination) of the cache on the device, in place, after the
+        launched step's writes; the pairs are padded to a row bucket with null-block pairs."""
+        size = next(r for r in self.row_buckets if r >= len(pairs))
+        blocks = np.full((2, size), NULL_BLOCK, np.int32)
+        blocks[:, : len(pairs)] = np.asarray(pairs, np.int32).T
+        static = dict(block_size=self.block_size, kv_layout=self.kv_layout)
+        self.k, self.v = _copy_blocks(self.k, self.v, *blocks, **static)
 
     def _step_args(self, x: StepInputs, previous: LaunchedStep | None = None, *, scores: bool):
         """`_forward`'s arguments for one step: the weights, the cache, the inputs and the
@@ -466,17 +515,12 @@ class ModelRunner:
             f32(0.0),
             f32(1.0),
         )
-        for i, q in enumerate(seqs):
-            p = q.params
-            inputs.temperature[i] = p.temperature
-            inputs.top_k[i] = p.top_k
-            inputs.top_p[i] = p.top_p
-            inputs.min_p[i] = p.min_p
-            inputs.seed[i] = q.seed
-            inputs.step[i] = len(q.output.token_ids) + q.num_pending
-            inputs.presence_penalty[i] = p.presence_penalty
-            inputs.frequency_penalty[i] = p.frequency_penalty
-            inputs.repetition_penalty[i] = p.repetition_penalty
+        if seqs:  # one NumPy conversion per setting, not one assignment per setting and row
+            n, params = len(seqs), [q.params for q in seqs]
+            for name in SAMPLING_SETTINGS:
+                getattr(inputs, name)[:n] = [getattr(p, name) for p in params]
+            inputs.seed[:n] = [q.seed for q in seqs]
+            inputs.step[:n] = [len(q.output.token_ids) + q.num_pending for q in seqs]
         penalties = None
         if any(q.params.adjusts_logits for q in seqs):
             vocab = self.config.vocab_size

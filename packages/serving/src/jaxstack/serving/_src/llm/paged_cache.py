@@ -46,6 +46,17 @@ def default_kv_layout() -> str:
     return HEAD_MAJOR if jax.default_backend() == "cpu" else PAGE_MAJOR
 
 
+def copy_blocks(k, v, source, destination, *, block_size: int, kv_layout: str):
+    """k and v with each block `source[i]` copied into block `destination[i]`, in every layer
+    and head (a request's forks get its prompt's last, partial block this way). Pairs of the
+    null block pad the arrays to a fixed size."""
+    offsets = jnp.arange(block_size)
+    read = (source[:, None] * block_size + offsets).reshape(-1)
+    write = (destination[:, None] * block_size + offsets).reshape(-1)
+    slots = (slice(None), slice(None)) if kv_layout == HEAD_MAJOR else (slice(None),)
+    return tuple(c.at[(*slots, write)].set(c[(*slots, read)]) for c in (k, v))
+
+
 @jax.tree_util.register_dataclass
 @dataclasses.dataclass(frozen=True)
 class PagedKVCache:

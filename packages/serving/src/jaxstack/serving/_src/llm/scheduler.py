@@ -5,6 +5,11 @@ still being prefilled gets the next chunk), then waiting ones join in arrival or
 budget, sequence slots and KV blocks last. So prefill chunks and decodes share one step, new
 requests join at every step, and finished ones leave at once.
 
+A request's n > 1 samples compute its prompt once: the step that ends the first sample's
+prefill also schedules the others as its forks, which take its KV (`BlockManager.fork`), need
+no tokens of their own and sample their first token from its last row's logits. Forks come
+last in the batch.
+
 When a running sequence cannot get a block, the newest running sequence is preempted: its
 blocks are released and it goes back to the front of the waiting queue, to be recomputed from
 its tokens later (prefix caching often gives most of them back). Its output so far is kept, so
@@ -55,6 +60,7 @@ class Scheduler:
 
     def schedule(self) -> ScheduledBatch:
         batch = ScheduledBatch([], [])
+        forks: list[Sequence] = []
         budget = self.max_num_batched_tokens
         preempted = False
         i = 0
@@ -74,6 +80,8 @@ class Scheduler:
                 batch.num_new_tokens.append(n)
                 budget -= n
                 i += 1
+        for seq, n in zip(batch.seqs, batch.num_new_tokens, strict=True):  # none preempted now
+            self._fork(seq, n, forks)
         # After a preemption the cache is full: admitting new work would only thrash.
         while self.waiting and budget > 0 and not preempted:
             if len(self.running) >= self.max_num_seqs:
@@ -92,7 +100,32 @@ class Scheduler:
             batch.seqs.append(seq)
             batch.num_new_tokens.append(n)
             budget -= n
+            self._fork(seq, n, forks)
+        batch.seqs += forks
+        batch.num_new_tokens += [0] * len(forks)
         return batch
+
+    def _fork(self, parent: Sequence, n: int, forks: list[Sequence]) -> None:
+        """If `parent`'s n scheduled tokens end its prompt, start its waiting forks from its
+        KV (as many as sequence slots and free blocks allow; the others prefill their own)."""
+        prompt = len(parent.prompt_token_ids)
+        if not parent.forks or parent.num_computed_tokens + n != prompt:
+            return
+        for child in parent.forks:
+            if child.status is not Status.WAITING or child.block_ids or child.num_computed_tokens:
+                continue
+            if (
+                len(self.running) >= self.max_num_seqs
+                or self.blocks.fork(child, parent, prompt) is None
+            ):
+                break
+            self.waiting.remove(child)
+            child.status = Status.RUNNING
+            child.num_computed_tokens = prompt
+            child.parent = parent
+            self.running.append(child)
+            forks.append(child)
+        parent.forks = []
 
     def finish(self, seq: Sequence) -> None:
         """Remove a finished or aborted sequence and free its blocks."""

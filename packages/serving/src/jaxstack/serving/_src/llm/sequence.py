@@ -1,7 +1,8 @@
 """A Sequence: one prompt + one sample being generated, the unit the scheduler moves around.
 
-A request with n > 1 becomes n sequences sharing a prompt (their full prompt blocks are shared
-through the prefix cache). `num_computed_tokens` counts tokens whose KV is in the cache or
+A request with n > 1 becomes n sequences sharing a prompt: the first computes it, the others
+are its `forks`, which take its KV when its prefill ends (the scheduler's `fork`) instead of
+computing the prompt n times. `num_computed_tokens` counts tokens whose KV is in the cache or
 being written by a launched step; the scheduler feeds the rest (a prefill chunk, or the last
 sampled token) in the next step. Under async scheduling the last sampled token may still be
 on the device (`num_pending`): the next step reads it there.
@@ -80,10 +81,15 @@ class Sequence:
         self.num_cached_tokens = 0
         self.block_ids: list[int] = []
         self.block_hashes: list[int] = []  # hashes of the full blocks of token_ids, in order
+        self.num_keyed_blocks = 0  # of block_ids, the first ones checked into the prefix cache
         self.arrival_time = time.monotonic()
         self.first_token_time: float | None = None
         self.error: BaseException | None = None  # why the engine failed it (finish "error")
         self.guided: GuidedDecoder | None = None  # structured output's matcher, if asked
+        # The request's other samples, which may start from this one's prompt KV; a sample
+        # that did is `parent`'s fork.
+        self.forks: list[Sequence] = []
+        self.parent: Sequence | None = None
 
     @property
     def token_ids(self) -> list[int]:
