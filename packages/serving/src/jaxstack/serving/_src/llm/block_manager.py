@@ -98,23 +98,18 @@ class BlockManager:
             seq.block_ids.append(block)
         return True
 
-    def fork(
-        self, child: Sequence, parent: Sequence, num_tokens: int
-    ) -> list[tuple[int, int]] | None:
+    def fork(self, child: Sequence, parent: Sequence, num_tokens: int) -> bool:
         """Give `child` the KV of `parent`'s first `num_tokens` tokens: their full blocks
-        shared (each counts both owners), a partly filled last block copied into a fresh one
-        of its own. Returns the (source, destination) blocks to copy on the device, or None
-        (nothing taken) when no block is free for the copy."""
+        shared (each counts both owners), and a fresh block of its own for a partly filled
+        last one (the runner copies it on device: `model_runner.fork_copy`). False (nothing
+        taken) when no block is free for that copy."""
         full, partial = divmod(num_tokens, self.block_size)
         if partial and not self.free:
-            return None
+            return False
         for block in parent.block_ids[:full]:
             self._own(block)
             child.block_ids.append(block)
-        if not partial:
-            return []
-        self.allocate(child, num_tokens)
-        return [(parent.block_ids[full], child.block_ids[full])]
+        return self.allocate(child, num_tokens)
 
     def cache_full_blocks(self, seq: Sequence) -> None:
         """Key the blocks of `seq` that are now completely computed (once each: a sequence

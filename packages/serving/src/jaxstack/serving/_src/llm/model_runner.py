@@ -50,16 +50,8 @@ SAMPLING_VARIANTS = tuple(
 )
 
 
-# The SamplingParams fields that `_sample` reads per row, as named in SamplingInputs.
-SAMPLING_SETTINGS = (
-    "temperature",
-    "top_k",
-    "top_p",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-)
+# The per-row sampling settings that are SamplingParams fields of the same name.
+SAMPLING_SETTINGS = tuple(f for f in sampler.SamplingInputs._fields if f not in ("seed", "step"))
 
 
 def token_buckets(max_num_batched_tokens: int) -> tuple[int, ...]:
@@ -381,7 +373,7 @@ class ModelRunner:
         if live < n_seqs:
             row = {id(q): i for i, q in enumerate(seqs[:live])}
             x.logits_indices[live:n_seqs] = [ends[row[id(q.parent)]] - 1 for q in seqs[live:]]
-            copies = [fork_copy(q, self.block_size) for q in seqs[live:]]
+            copies = [c for q in seqs[live:] if (c := fork_copy(q, self.block_size))]
         offsets = (ends - counts).tolist()
         scores = any(
             q.prompt_logprobs is not None and q.num_computed_tokens < len(q.prompt_token_ids)
@@ -398,7 +390,7 @@ class ModelRunner:
             ),
             top_logprobs=any(q.params.logprobs for q in seqs),
             scores=scores,
-            copies=[c for c in copies if c is not None],
+            copies=copies,
         )
         self.steps_by_shape[shape] += 1
         return launched

@@ -114,9 +114,8 @@ class Scheduler:
         for child in parent.forks:
             if child.status is not Status.WAITING or child.block_ids or child.num_computed_tokens:
                 continue
-            if (
-                len(self.running) >= self.max_num_seqs
-                or self.blocks.fork(child, parent, prompt) is None
+            if len(self.running) >= self.max_num_seqs or not self.blocks.fork(
+                child, parent, prompt
             ):
                 break
             self.waiting.remove(child)
