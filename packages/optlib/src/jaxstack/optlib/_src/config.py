@@ -18,13 +18,14 @@ cross-field rule's `ConfigError` is a sentence that names its fields.
 from __future__ import annotations
 
 import os
-import pathlib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import yaml
+from pydantic import Field, field_validator, model_validator
 
+from jaxstack.optlib._src.config_model import ConfigModel, load_yaml, read_yaml_file
 from jaxstack.optlib._src.errors import ConfigError
 from jaxstack.optlib._src.paths import compile_regexes
 
@@ -63,17 +64,6 @@ _USES = {
 _OPTIONAL = set().union(*_USES.values())
 
 
-def _yaml_float(value: Any) -> Any:
-    """YAML 1.1 (PyYAML) reads `1e-3`, an exponent without a dot, as a string: the number it
-    spells (in a mapping's values too); any other string is left for the type check to refuse."""
-    if isinstance(value, Mapping):
-        return {key: _yaml_float(item) for key, item in value.items()}
-    try:
-        return float(value) if isinstance(value, str) else value
-    except ValueError:
-        return value
-
-
 def _tuple(value: Any) -> Any:
     """One item (a regex, an axis) or a list of them, as a tuple."""
     if isinstance(value, str | int):
@@ -94,40 +84,9 @@ def _axes_pair(value: Any) -> Any:
 Regexes = Annotated[tuple[str, ...], pydantic.BeforeValidator(_tuple)]
 Axes = Annotated[tuple[int, ...], Field(min_length=1), pydantic.BeforeValidator(_tuple)]
 AxesPair = Annotated[tuple[Axes, Axes] | None, pydantic.BeforeValidator(_axes_pair)]
-_NUMBERS = ("learning_rate", "weight_decay", "clip_norm", "b1", "b2", "eps", "momentum")
 
 
-class _Checked(BaseModel):
-    """Strict (no bool for a number, no "yes" for true), frozen, no unknown keys, no NaN."""
-
-    model_config = ConfigDict(
-        strict=True, frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True
-    )
-
-    def __init__(self, *args: Any, **data: Any) -> None:
-        """Fields by keyword, or positionally in their order."""
-        if len(args) > len(type(self).model_fields):
-            raise TypeError(f"{type(self).__name__} takes {len(type(self).model_fields)} fields")
-        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Any:
-        """From a plain mapping (as parsed from JSON or YAML), raising a one-line ConfigError."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as error:
-            raise ConfigError(_one_line(cls, error)) from None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON/YAML-ready dict (lists, not tuples) that `from_dict` reads back."""
-        return self.model_dump(mode="json")
-
-    def replace(self, **changes: Any) -> Any:
-        """A copy with some fields changed (checked again, as `from_dict`)."""
-        return self.from_dict({**dict(self), **changes})
-
-
-class ScheduleConfig(_Checked):
+class ScheduleConfig(ConfigModel):
     """A learning-rate schedule, as a multiple of `OptimizerConfig.learning_rate`.
 
     Steps are optimiser updates: with `accumulate_steps=k` one schedule step is k micro-batches.
@@ -149,8 +108,6 @@ class ScheduleConfig(_Checked):
     """The learning rate at step 0, as a fraction of `lr`."""
     decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"
     """WSD only: the decay's shape ("sqrt" is 1 - sqrt of the progress)."""
-
-    _numbers = field_validator("final_lr_ratio", "init_lr_ratio", mode="before")(_yaml_float)
 
     @model_validator(mode="before")
     @classmethod
@@ -177,7 +134,7 @@ class ScheduleConfig(_Checked):
         return self
 
 
-class OptimizerConfig(_Checked):
+class OptimizerConfig(ConfigModel):
     """An optimiser recipe; `build_optimizer(config, params)` turns it into plain Optax.
 
     Regexes use `re.search` on the `/`-joined parameter path (`layers/0/attn/q_proj/kernel`).
@@ -235,8 +192,6 @@ class OptimizerConfig(_Checked):
     other axes are batch axes), or null to send them to the Adam fallback. Unmatched
     parameters use the default rule (2-D -> muon)."""
 
-    _numbers = field_validator(*_NUMBERS, "ema_decay", "lr_multipliers", mode="before")(_yaml_float)
-
     @field_validator(
         "weight_decay_mask", "frozen", "muon_exclude", "lr_multipliers", "muon_dimension_numbers"
     )
@@ -274,39 +229,13 @@ class OptimizerConfig(_Checked):
 
     @classmethod
     def from_yaml(cls, source: str | os.PathLike[str]) -> OptimizerConfig:
-        """From YAML text, or from a `.yaml`/`.yml` file path (needs PyYAML: `[yaml]` extra)."""
-        yaml = _import_yaml()
+        """From YAML text, or from a `.yaml`/`.yml` file path."""
         if isinstance(source, os.PathLike) or (
             "\n" not in source and source.endswith((".yaml", ".yml"))
         ):
-            path = pathlib.Path(source)
-            if not path.is_file():
-                raise ConfigError(f"optimizer config file {str(path)!r} does not exist")
-            source = path.read_text()
-        return cls.from_dict(yaml.safe_load(source) or {})
+            return cls.from_dict(read_yaml_file(source) or {})
+        return cls.from_dict(load_yaml(source) or {})
 
     def to_yaml(self) -> str:
         """YAML text that `from_yaml` reads back."""
-        return _import_yaml().safe_dump(self.to_dict(), sort_keys=False)
-
-
-def _one_line(cls: type[_Checked], error: ValidationError) -> str:
-    """The first problem: a rule's own sentence, or the dotted field, pydantic's message (it
-    states the range, the valid names or the type) and the bad value."""
-    first = error.errors()[0]
-    loc, cause = first["loc"], first.get("ctx", {}).get("error")
-    if isinstance(cause, ConfigError):
-        return str(cause)
-    field = ".".join(map(str, loc)) or cls.__name__
-    if first["type"] == "extra_forbidden":
-        model = ScheduleConfig if loc[:-1] == ("schedule",) else cls
-        return f"{field}: unknown field; valid fields: {list(model.model_fields)}"
-    return f"{field}: {cause or first['msg']}, got {first['input']!r}"
-
-
-def _import_yaml() -> Any:
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigError("YAML configs need PyYAML: pip install 'jaxstack-optlib[yaml]'") from None
-    return yaml
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)
