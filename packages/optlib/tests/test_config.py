@@ -27,6 +27,7 @@ FULL = {
         "final_lr_ratio": 0.1,
         "init_lr_ratio": 0.0,
         "decay_shape": "sqrt",
+        "warmup_ratio": None,
     },
     "weight_decay": 0.1,
     "weight_decay_mask": ["norm", "bias"],
@@ -91,9 +92,18 @@ def test_unknown_schedule_lists_the_valid_ones():
     assert all(name in str(error.value) for name in SCHEDULES)
 
 
+def test_lr_is_short_for_learning_rate():
+    assert OptimizerConfig.from_dict({"lr": 0.5}) == OptimizerConfig(learning_rate=0.5)
+    assert OptimizerConfig(lr=0.5).to_dict()["learning_rate"] == 0.5
+    with pytest.raises(ConfigError, match=r"^lr: Input should be greater than or equal to 0"):
+        OptimizerConfig.from_dict({"lr": -1.0})
+    with pytest.raises(ConfigError, match="unknown key 'lr'"):  # one of the two, not both
+        OptimizerConfig.from_dict({"lr": 0.5, "learning_rate": 0.1})
+
+
 def test_unknown_field_lists_the_valid_fields():
-    with pytest.raises(ConfigError, match=r"^unknown key 'lr'\. Valid keys here: .*learning_rate"):
-        OptimizerConfig.from_dict({"lr": 1e-3})
+    with pytest.raises(ConfigError, match=r"^unknown key 'rate'\. .* Valid keys here: .*learning_rate"):
+        OptimizerConfig.from_dict({"rate": 1e-3})
     with pytest.raises(ConfigError, match=r"^unknown key 'warmup'\. Did you mean 'warmup_steps'"):
         ScheduleConfig.from_dict({"name": "constant", "warmup": 3})
     with pytest.raises(
@@ -254,8 +264,8 @@ def test_data_ways_in_raise_one_line_config_errors_and_constructors_stay_pydanti
         OptimizerConfig.from_dict({"b1": 1})
     with pytest.raises(TypeError, match="multiple values"):
         ScheduleConfig("wsd", name="constant")
-    with pytest.raises(TypeError, match="takes 7 fields"):
-        ScheduleConfig("wsd", 1, 2, 0.0, 1, 0.0, "sqrt", 3)
+    with pytest.raises(TypeError, match="takes 8 fields"):
+        ScheduleConfig("wsd", 1, 2, 0.0, 1, 0.0, "sqrt", None, 3)
 
 
 def test_one_regex_and_muon_axes_are_normalised():

@@ -23,9 +23,9 @@ from typing import Annotated, Any, Literal, get_args
 
 import pydantic
 import yaml
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
-from jaxstack.optlib._src.config_model import ConfigModel, load_yaml, read_yaml_file
+from jaxstack.optlib._src.config_model import PositionalConfigModel, load_yaml, read_yaml_file
 from jaxstack.optlib._src.errors import ConfigError
 from jaxstack.optlib._src.paths import compile_regexes
 
@@ -86,7 +86,7 @@ Axes = Annotated[tuple[int, ...], Field(min_length=1), pydantic.BeforeValidator(
 AxesPair = Annotated[tuple[Axes, Axes] | None, pydantic.BeforeValidator(_axes_pair)]
 
 
-class ScheduleConfig(ConfigModel):
+class ScheduleConfig(PositionalConfigModel):
     """A learning-rate schedule, as a multiple of `OptimizerConfig.learning_rate`.
 
     Steps are optimiser updates: with `accumulate_steps=k` one schedule step is k micro-batches.
@@ -98,7 +98,8 @@ class ScheduleConfig(ConfigModel):
     """Linear warmup from `init_lr_ratio * lr` to `lr` (all schedules; for "constant" it is the
     only shape, for schedule-free AdamW the usual choice)."""
     total_steps: int | None = Field(None, ge=1)
-    """The step where cosine, linear or WSD decay ends (needed by those three)."""
+    """The step where cosine, linear or WSD decay ends (needed by those three, and
+    by `warmup_ratio`)."""
     final_lr_ratio: float = Field(0.0, ge=0)
     """The learning rate at `total_steps`, as a fraction of `lr`."""
     decay_steps: int | None = Field(None, ge=1)
@@ -108,25 +109,35 @@ class ScheduleConfig(ConfigModel):
     """The learning rate at step 0, as a fraction of `lr`."""
     decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"
     """WSD only: the decay's shape ("sqrt" is 1 - sqrt of the progress)."""
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)
+    """The warmup as a share of `total_steps` (TRL's `warmup_ratio`); set, it replaces
+    `warmup_steps` (`warmup` is the steps either gives)."""
 
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data
 
+    @property
+    def warmup(self) -> int:
+        """The warmup's steps: `warmup_ratio` of `total_steps` when set, else `warmup_steps`."""
+        ratio, total = self.warmup_ratio, self.total_steps or 0
+        return self.warmup_steps if ratio is None else int(ratio * total)
+
     @model_validator(mode="after")
     def _phases(self) -> ScheduleConfig:
-        name, total, decay = self.name, self.total_steps, self.decay_steps
-        warmup = self.warmup_steps
+        name, total, decay, warmup = self.name, self.total_steps, self.decay_steps, self.warmup
         if name in ("warmup_cosine", "warmup_linear", "wsd") and total is None:
             raise ConfigError(f"schedule {name!r} needs total_steps (where the decay ends)")
+        if self.warmup_ratio is not None and total is None:
+            raise ConfigError("schedule.warmup_ratio needs total_steps (the run's length)")
         if name == "wsd" and decay is None:
             raise ConfigError("schedule 'wsd' needs decay_steps (length of the final decay)")
         for field, default in (("decay_steps", None), ("decay_shape", "linear")):
             if name != "wsd" and getattr(self, field) != default:
                 raise ConfigError(f"schedule.{field} is only used by 'wsd', not {name!r}")
         if total is not None and warmup + (decay or 0) > total:
-            steps = "warmup_steps + decay_steps" if decay else "warmup_steps"
+            steps = "warmup + decay_steps" if decay else "warmup"
             raise ConfigError(
                 f"schedule.{steps} ({warmup}{f' + {decay}' if decay else ''}) exceeds "
                 f"total_steps ({total}); shorten the warmup or lengthen the run"
@@ -134,7 +145,7 @@ class ScheduleConfig(ConfigModel):
         return self
 
 
-class OptimizerConfig(ConfigModel):
+class OptimizerConfig(PositionalConfigModel):
     """An optimiser recipe; `build_optimizer(config, params)` turns it into plain Optax.
 
     Regexes use `re.search` on the `/`-joined parameter path (`layers/0/attn/q_proj/kernel`).
@@ -142,8 +153,8 @@ class OptimizerConfig(ConfigModel):
 
     name: OptimizerName = "adamw"
     """The optimiser (`OPTIMIZERS`)."""
-    learning_rate: float = Field(1e-3, ge=0)
-    """The peak learning rate; `schedule` scales it over time."""
+    learning_rate: float = Field(1e-3, ge=0, validation_alias=AliasChoices("learning_rate", "lr"))
+    """The peak learning rate (`lr` for short); `schedule` scales it over time."""
     schedule: ScheduleConfig = ScheduleConfig()
     """The learning-rate schedule (a mapping of its fields, or just its name)."""
     weight_decay: float = Field(0.0, ge=0)

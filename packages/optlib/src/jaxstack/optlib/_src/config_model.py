@@ -28,7 +28,7 @@ from jaxstack.optlib._src.errors import ConfigError
 
 
 class ConfigModel(BaseModel):
-    """Base of a config: strict, frozen, no unknown keys, no NaN; fields by keyword or in order.
+    """Base of a config: strict, frozen, no unknown keys, no NaN.
 
     Subclasses set `error`, the exception `from_dict` raises (a package's own ConfigError).
     """
@@ -37,12 +37,6 @@ class ConfigModel(BaseModel):
         strict=True, frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True
     )
     error: ClassVar[type[Exception]] = ConfigError
-
-    def __init__(self, *args: Any, **data: Any) -> None:
-        """Fields by keyword, or positionally in their order."""
-        if len(args) > len(type(self).model_fields):
-            raise TypeError(f"{type(self).__name__} takes {len(type(self).model_fields)} fields")
-        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
 
     @classmethod
     def from_dict(cls, data: Any, prefix: str = "") -> Any:
@@ -60,6 +54,20 @@ class ConfigModel(BaseModel):
     def replace(self, **changes: Any) -> Any:
         """A copy with some fields changed, checked again as `from_dict` checks."""
         return self.from_dict({**dict(self), **changes})
+
+
+class PositionalConfigModel(ConfigModel):
+    """A ConfigModel whose fields may also be given in their order (`QuantRule(".*", "int4")`).
+
+    A custom `__init__` makes pydantic run the model's validators twice per validation, so
+    only the small configs people write in code take it (not the trainer's sections).
+    """
+
+    def __init__(self, *args: Any, **data: Any) -> None:
+        """Fields by keyword, or positionally in their order."""
+        if len(args) > len(type(self).model_fields):
+            raise TypeError(f"{type(self).__name__} takes {len(type(self).model_fields)} fields")
+        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
 
 
 def _one_line(cls: type[BaseModel], err: Mapping[str, Any], prefix: str) -> str:

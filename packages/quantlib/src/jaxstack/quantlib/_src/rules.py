@@ -29,9 +29,9 @@ WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
 ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
 
 
-class QuantRule(optlib.ConfigModel):
-    """How to quantise the modules whose path matches `module_path` (optlib's `ConfigModel`:
-    strict, frozen, no unknown keys; fields by keyword or in order, `QuantRule(".*", "int4")`)."""
+class QuantRule(optlib.PositionalConfigModel):
+    """How to quantise the modules whose path matches `module_path` (strict, frozen, no unknown
+    keys; fields by keyword or in order: `QuantRule(".*", "int4")`)."""
 
     error: ClassVar[type[Exception]] = RuleError
 

@@ -31,6 +31,7 @@ import importlib.resources
 import os
 import pathlib
 import typing
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
@@ -100,7 +101,7 @@ def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 def parse_override(item: str) -> tuple[str, Any]:
     """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
     key, _, raw = (part.strip() for part in item.partition("="))
-    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # the short name people type
+    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # a file's value stays overridable
     if not key or "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form section.key=value (optim.lr=3)")
     try:
@@ -334,30 +335,13 @@ class Config(Section):
             raise ConfigError(f"model: {e}") from None
         return {"preset": checked.preset, **fields}
 
-    @field_validator("optim")
-    @classmethod
-    def _lr(cls, optim: dict[str, Any]) -> dict[str, Any]:
-        """`lr` stands for `learning_rate`."""
-        if "lr" in optim and "learning_rate" in optim:
-            raise ConfigError("both optim.lr and optim.learning_rate are set; keep one")
-        return {("learning_rate" if k == "lr" else k): v for k, v in optim.items()}
-
     @model_validator(mode="after")
     def _together(self) -> Config:
-        """optlib validates the optim section (kept as `optimizer`), its schedule spanning
-        train.steps unless set; then the checks that need two sections."""
-        steps, accum, optim = self.train.steps, self.train.grad_accum, dict(self.optim)
-        schedule = optim.get("schedule")
-        schedule = {"name": schedule} if isinstance(schedule, str) else schedule
-        if isinstance(schedule, Mapping) and schedule.get("name", "constant") != "constant":
-            total = schedule.get("total_steps")
-            optim["schedule"] = {**schedule, "total_steps": steps if total is None else total}
+        """optlib validates the optim section (kept as `optimizer`) over a run of train.steps;
+        then the checks that need two sections."""
+        accum, schedule = self.train.grad_accum, self.optim.get("schedule", {})
+        optim = {**self.optim, "schedule": _fit_schedule(schedule, self.train.steps)}
         self._optimizer = resolved = optlib.OptimizerConfig.from_dict(optim, "optim")
-        warmup, total = resolved.schedule.warmup_steps, resolved.schedule.total_steps
-        if resolved.schedule.name != "constant" and warmup >= total:
-            raise ConfigError(
-                f"optim.schedule.warmup_steps={warmup} leaves no steps to decay in {total} steps"
-            )
         if accum > 1 and (n := resolved.accumulate_steps) > 1:
             raise ConfigError(
                 f"train.grad_accum={accum} and optim.accumulate_steps={n} both accumulate; keep one"
@@ -367,6 +351,29 @@ class Config(Section):
                 f"data.batch_size={batch} is not a multiple of train.grad_accum={accum}"
             )
         return self
+
+
+def _fit_schedule(schedule: Any, steps: int) -> Any:
+    """The schedule over a run of `steps` steps: its `total_steps` (where a decay ends, what
+    `warmup_ratio` is a share of) is the run's unless set; a warmup as long as the run or longer
+    (a preset's, in a short run) becomes a tenth of it, with a warning, not an error."""
+    schedule = {"name": schedule} if isinstance(schedule, str) else schedule
+    if not isinstance(schedule, Mapping):
+        return schedule  # optlib names what is wrong
+    decays = schedule.get("name", "constant") != "constant"
+    if (decays or "warmup_ratio" in schedule) and schedule.get("total_steps") is None:
+        schedule = {**schedule, "total_steps": steps}
+    warmup, total = schedule.get("warmup_steps", 0), schedule.get("total_steps") or steps
+    fits = "warmup_ratio" in schedule or not type(warmup) is type(total) is int  # or optlib says
+    if not fits and warmup >= total + (not decays):
+        warnings.warn(
+            f"optim.schedule.warmup_steps={warmup} is not shorter than the {total}-step run; "
+            f"using {total // 10} (a tenth of it). Set optim.schedule.warmup_ratio (a share of "
+            "the run) or warmup_steps to choose.",
+            stacklevel=2,
+        )
+        schedule = {**schedule, "warmup_steps": total // 10}
+    return schedule
 
 
 @functools.cache
