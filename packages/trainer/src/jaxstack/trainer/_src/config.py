@@ -50,14 +50,6 @@ class Section(optlib.ConfigModel):
     error: ClassVar[type[Exception]] = ConfigError
 
 
-def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A YAML file holding a mapping of sections, or a ConfigError saying what it holds instead."""
-    tree = optlib.read_yaml_file(path, ConfigError)
-    if not isinstance(tree, Mapping | None):
-        raise ConfigError(f"config file {str(path)!r} holds {tree!r}, not a mapping of sections")
-    return dict(tree or {})
-
-
 def list_configs(package: str = __package__) -> list[str]:
     """Names of the YAML presets shipped in `package`'s `presets` folder (the trainer's)."""
     root = importlib.resources.files(package) / "presets"
@@ -68,16 +60,18 @@ def read_config_tree(name_or_path: str, package: str = __package__) -> tuple[dic
     """The tree of a YAML file (by path) or of a preset of `package` (by name), and its name.
     A preset's relative `data.path` (its own records, in presets/data/) is made absolute."""
     path, presets = os.fspath(name_or_path), list_configs(package)
-    if path.endswith((".yaml", ".yml")) or os.path.isfile(path):
-        return read_yaml_file(path), pathlib.Path(path).stem
-    if path not in presets:
+    root = pathlib.Path(str(importlib.resources.files(package) / "presets"))
+    preset = not path.endswith((".yaml", ".yml")) and not os.path.isfile(path)
+    if preset and path not in presets:
         near = "".join(f" Did you mean {p!r}?" for p in difflib.get_close_matches(path, presets, 1))
         raise ConfigError(f"unknown config preset {path!r}.{near} Presets: {', '.join(presets)}")
-    root = pathlib.Path(str(importlib.resources.files(package) / "presets"))
-    tree = optlib.load_yaml((root / f"{path}.yaml").read_text()) or {}
-    if isinstance(tree.get("data"), dict) and "path" in tree["data"]:
+    tree = optlib.read_yaml_file(root / f"{path}.yaml" if preset else path, ConfigError)
+    if not isinstance(tree, Mapping | None):
+        raise ConfigError(f"config file {path!r} holds {tree!r}, not a mapping of sections")
+    tree = dict(tree or {})
+    if preset and isinstance(tree.get("data"), dict) and "path" in tree["data"]:
         tree["data"]["path"] = str(root / tree["data"]["path"])
-    return tree, path
+    return tree, pathlib.Path(path).stem
 
 
 # ---- dotted overrides ----
@@ -278,7 +272,6 @@ class Config(Section):
     log: LogSection = LogSection()
     quant: QuantSection = QuantSection()
 
-    error: ClassVar[type[Exception]] = ConfigError
     schema_title: ClassVar[str] = "jaxstack-train run config"
     _optimizer: Any = pydantic.PrivateAttr(None)
 
