@@ -102,12 +102,15 @@ def test_lr_is_short_for_learning_rate():
 
 
 def test_unknown_field_lists_the_valid_fields():
-    with pytest.raises(ConfigError, match=r"^unknown key 'rate'\. .* Valid keys here: .*learning_rate"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown key 'rate'\. .* Valid keys here: .*learning_rate"
+    ):
         OptimizerConfig.from_dict({"rate": 1e-3})
     with pytest.raises(ConfigError, match=r"^unknown key 'warmup'\. Did you mean 'warmup_steps'"):
         ScheduleConfig.from_dict({"name": "constant", "warmup": 3})
     with pytest.raises(
-        ConfigError, match=r"^unknown key 'schedule\.warmup'\. Did you mean 'schedule\.warmup_steps'"
+        ConfigError,
+        match=r"^unknown key 'schedule\.warmup'\. Did you mean 'schedule\.warmup_steps'",
     ):
         OptimizerConfig.from_dict({"schedule": {"warmup": 3}})
 

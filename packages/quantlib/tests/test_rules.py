@@ -100,7 +100,10 @@ def test_rules_from_yaml_and_presets(tmp_path):
     "text, message",
     [
         ("- {module_path: '.*', weight_qtype: int8\n", "is not valid YAML"),
-        ("- {module_path: '.*', bits: 8}\n", r"rule 0: unknown key 'bits'\. Valid keys here: act_calibration, "),
+        (
+            "- {module_path: '.*', bits: 8}\n",
+            r"rule 0: unknown key 'bits'\. Valid keys here: act_calibration, ",
+        ),
         ("rules: 3\n", "expected a non-empty list of rules"),
     ],
 )
@@ -134,7 +137,10 @@ def test_a_bad_rule_in_a_file_names_the_file_and_the_rule_index(tmp_path):
         (dict(tile_size=True), "tile_size: Input should be a valid integer, got True"),
         (dict(tile_size="128"), "tile_size: Input should be a valid integer, got '128'"),
         (dict(tile_size=64.0), "tile_size: Input should be a valid integer, got 64.0"),
-        (dict(act_qtype="int8", act_static="yes"), "act_static: Input should be a valid boolean, got 'yes'"),
+        (
+            dict(act_qtype="int8", act_static="yes"),
+            "act_static: Input should be a valid boolean, got 'yes'",
+        ),
         (dict(weight_qtype=8), "weight_qtype: Input should be 'int8', 'int4', "),
         (dict(module_path=3), "module_path: Input should be a valid string, got 3"),
         (

@@ -85,7 +85,9 @@ def test_config_round_trips_through_yaml(tmp_path):
 
 
 def test_missing_config_file_is_named(tmp_path):
-    with pytest.raises(ConfigError, match=r"nope\.yaml': cannot read the file \(No such file or directory\)"):
+    with pytest.raises(
+        ConfigError, match=r"nope\.yaml': cannot read the file \(No such file or directory\)"
+    ):
         load_config(str(tmp_path / "nope.yaml"))
 
 

@@ -189,7 +189,7 @@ class OptimizerConfig(PositionalConfigModel):
     max_consecutive_nonfinite: int = Field(10, ge=1)
     """After this many skipped updates in a row the update is applied anyway, so a diverged run
     fails visibly instead of idling."""
-    lr_multipliers: dict[str, Annotated[float, Field(ge=0)]] = {}
+    lr_multipliers: dict[str, Annotated[float, Field(ge=0)]] = Field({})
     """Regex -> factor on the learning rate of matching parameters (the first matching regex
     wins; the others keep factor 1)."""
     frozen: Regexes = ()
@@ -197,7 +197,7 @@ class OptimizerConfig(PositionalConfigModel):
     muon_exclude: Regexes | None = None
     """muon only: regexes of matrices sent to the Adam fallback anyway; null means
     `DEFAULT_MUON_EXCLUDE` (embeddings and the output head)."""
-    muon_dimension_numbers: dict[str, AxesPair] = {}
+    muon_dimension_numbers: dict[str, AxesPair] = Field({})
     """muon only: regex -> `[reduction_axes, output_axes]` for parameters that are matrices in
     disguise (a `[embed, heads, head_dim]` kernel, a scanned `[layers, in, out]` stack: the
     other axes are batch axes), or null to send them to the Adam fallback. Unmatched
