@@ -27,6 +27,7 @@ FULL = {
         "final_lr_ratio": 0.1,
         "init_lr_ratio": 0.0,
         "decay_shape": "sqrt",
+        "warmup_ratio": None,
     },
     "weight_decay": 0.1,
     "weight_decay_mask": ["norm", "bias"],
@@ -54,9 +55,8 @@ def test_dict_round_trip_is_exact():
     assert config.schedule == ScheduleConfig("wsd", 10, 100, 0.1, 20, 0.0, "sqrt")
 
 
-def test_yaml_round_trip_and_yaml_exponent_strings(tmp_path):
-    pytest.importorskip("yaml")
-    # YAML 1.1 reads `1e-3` (no dot) as a string; the config accepts it as the number it means.
+def test_yaml_round_trip_and_yaml_exponents(tmp_path):
+    # YAML 1.1 reads `1e-3` (no dot) as a string; from_yaml reads it as YAML 1.2 does: a number.
     text = "name: lion\nlearning_rate: 1e-4\nweight_decay: 1e-2\nschedule: warmup_cosine\n"
     with pytest.raises(ConfigError, match="total_steps"):
         OptimizerConfig.from_yaml(text)
@@ -66,11 +66,13 @@ def test_yaml_round_trip_and_yaml_exponent_strings(tmp_path):
     config = OptimizerConfig.from_yaml(text)
     assert config.learning_rate == 1e-4 and config.weight_decay == 1e-2
     assert config.schedule.name == "inverse_sqrt"
+    with pytest.raises(ConfigError, match=r"^learning_rate: .* valid number, got '1e-4'$"):
+        OptimizerConfig.from_dict({"learning_rate": "1e-4"})  # a string is not coerced
     path = tmp_path / "opt.yaml"
     path.write_text(OptimizerConfig.from_dict(FULL).to_yaml())
     assert OptimizerConfig.from_yaml(path) == OptimizerConfig.from_dict(FULL)
     assert OptimizerConfig.from_yaml(str(path)) == OptimizerConfig.from_dict(FULL)
-    with pytest.raises(ConfigError, match=r"missing\.yaml' does not exist"):
+    with pytest.raises(ConfigError, match=r"missing\.yaml': cannot read the file \(No such file"):
         OptimizerConfig.from_yaml(tmp_path / "missing.yaml")
 
 
@@ -90,13 +92,25 @@ def test_unknown_schedule_lists_the_valid_ones():
     assert all(name in str(error.value) for name in SCHEDULES)
 
 
+def test_lr_is_short_for_learning_rate():
+    assert OptimizerConfig.from_dict({"lr": 0.5}) == OptimizerConfig(learning_rate=0.5)
+    assert OptimizerConfig(lr=0.5).to_dict()["learning_rate"] == 0.5
+    with pytest.raises(ConfigError, match=r"^lr: Input should be greater than or equal to 0"):
+        OptimizerConfig.from_dict({"lr": -1.0})
+    with pytest.raises(ConfigError, match="unknown key 'lr'"):  # one of the two, not both
+        OptimizerConfig.from_dict({"lr": 0.5, "learning_rate": 0.1})
+
+
 def test_unknown_field_lists_the_valid_fields():
-    with pytest.raises(ConfigError, match=r"^lr: unknown field; valid fields: \[.*'learning_rate'"):
-        OptimizerConfig.from_dict({"lr": 1e-3})
-    with pytest.raises(ConfigError, match=r"^warmup: unknown field; valid .*'warmup_steps'"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown key 'rate'\. .* Valid keys here: .*learning_rate"
+    ):
+        OptimizerConfig.from_dict({"rate": 1e-3})
+    with pytest.raises(ConfigError, match=r"^unknown key 'warmup'\. Did you mean 'warmup_steps'"):
         ScheduleConfig.from_dict({"name": "constant", "warmup": 3})
     with pytest.raises(
-        ConfigError, match=r"^schedule\.warmup: unknown field; valid .*'warmup_steps'"
+        ConfigError,
+        match=r"^unknown key 'schedule\.warmup'\. Did you mean 'schedule\.warmup_steps'",
     ):
         OptimizerConfig.from_dict({"schedule": {"warmup": 3}})
 
@@ -253,14 +267,14 @@ def test_data_ways_in_raise_one_line_config_errors_and_constructors_stay_pydanti
         OptimizerConfig.from_dict({"b1": 1})
     with pytest.raises(TypeError, match="multiple values"):
         ScheduleConfig("wsd", name="constant")
-    with pytest.raises(TypeError, match="takes 7 fields"):
-        ScheduleConfig("wsd", 1, 2, 0.0, 1, 0.0, "sqrt", 3)
+    with pytest.raises(TypeError, match="takes 8 fields"):
+        ScheduleConfig("wsd", 1, 2, 0.0, 1, 0.0, "sqrt", None, 3)
 
 
-def test_yaml_exponents_one_regex_and_muon_axes_are_normalised():
+def test_one_regex_and_muon_axes_are_normalised():
     config = OptimizerConfig(
         name="muon",
-        lr_multipliers={"embed": "1e-1"},
+        lr_multipliers={"embed": 0.1},
         frozen="^vision/",
         muon_exclude=[],
         muon_dimension_numbers={"q_proj": {"reduction_axis": 0, "output_axis": [1, 2]}, "x": None},

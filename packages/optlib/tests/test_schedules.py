@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from jaxstack.optlib import OptimizerConfig, ScheduleConfig, build_schedule
+from jaxstack.optlib import ConfigError, OptimizerConfig, ScheduleConfig, build_schedule
 
 
 def values(schedule, steps):
@@ -16,6 +16,20 @@ def test_constant_with_and_without_warmup():
     np.testing.assert_allclose(values(build_schedule(ScheduleConfig(), 2.0), range(5)), 2.0)
     got = values(build_schedule(ScheduleConfig("constant", warmup_steps=4), 2.0), range(7))
     np.testing.assert_allclose(got, [0, 0.5, 1, 1.5, 2, 2, 2], rtol=1e-6)
+
+
+def test_warmup_ratio_is_a_share_of_total_steps():
+    by_ratio = ScheduleConfig("warmup_linear", total_steps=30, warmup_ratio=0.25, warmup_steps=3)
+    assert by_ratio.warmup == 7  # the ratio replaces warmup_steps
+    by_steps = by_ratio.replace(warmup_ratio=None, warmup_steps=7)
+    steps = range(0, 35, 3)
+    np.testing.assert_array_equal(
+        values(build_schedule(by_ratio, 1.0), steps), values(build_schedule(by_steps, 1.0), steps)
+    )
+    with pytest.raises(ConfigError, match="warmup_ratio needs total_steps"):
+        ScheduleConfig.from_dict({"warmup_ratio": 0.1})
+    with pytest.raises(ConfigError, match=r"^warmup_ratio: Input should be less than 1, got 1\.5"):
+        ScheduleConfig.from_dict({"warmup_ratio": 1.5, "total_steps": 10})
 
 
 def test_warmup_cosine():

@@ -101,7 +101,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(run_dir, tmp_path, cap
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {module_path: '.*', weight_qtype: int8\n")
     err = one_line_error(capsys, ["ptq", str(run_dir), "--rules", str(bad), "--out", str(out)], out)
-    assert "does not parse as YAML" in err
+    assert "is not valid YAML" in err
 
     err = one_line_error(capsys, ["ptq", str(run_dir), "--rules", "int3", "--out", str(out)], out)
     assert "neither a preset" in err
@@ -126,8 +126,7 @@ def test_binary_or_foreign_files_are_one_line_exit_2(tmp_path, capsys):
     err = one_line_error(
         capsys, ["ptq", str(tmp_path), "--rules", str(binary), "--out", str(out)], out
     )
-    assert f"{binary} is not a YAML rules file (not UTF-8 text" in err
-    assert "a YAML list of mappings" in err
+    assert f"'{binary}' is not valid YAML" in err and "invalid start byte" in err
 
     scalar = tmp_path / "scalar.yaml"
     scalar.write_text("int8\n")
@@ -154,7 +153,7 @@ def test_a_bad_rule_in_a_rules_file_names_the_file_and_the_rule(tmp_path, capsys
     )
     argv = ["ptq", str(tmp_path), "--rules", str(rules), "--out", str(out)]
     err = one_line_error(capsys, argv, out)
-    assert f"error: {rules}: rule 1: tile_size=0: Input should be greater than 0" in err
+    assert f"error: {rules}: rule 1: tile_size: Input should be greater than 0, got 0" in err
 
 
 def test_a_loaded_run_is_an_ordinary_mutable_model(run_dir):

@@ -67,7 +67,10 @@ def test_a_bad_rule_in_quant_json_names_the_file_and_the_rule(qmodel, small_conf
     info.write_text(json.dumps(record))
     with pytest.raises(ql.RuleError) as error:
         ql.load_quantized(out)
-    assert str(error.value) == f"{info}: rule 1: act_static='yes': Input should be a valid boolean"
+    assert (
+        str(error.value)
+        == f"{info}: rule 1: act_static: Input should be a valid boolean, got 'yes'"
+    )
 
 
 def test_safetensors_export_holds_codes_scales_and_the_layout(qmodel, tmp_path):

@@ -86,7 +86,7 @@ def test_cli_config_errors_exit_2(tmp_path, capsys):
     choices = "dpo.reference: Input should be 'precompute' or 'live', got 'sometimes'"
     assert choices in capsys.readouterr().err
     assert rl.main(["sft", "--config", str(tmp_path / "missing.yaml")]) == 2
-    assert "missing.yaml': No such file or directory" in capsys.readouterr().err
+    assert "missing.yaml': cannot read the file (No such file" in capsys.readouterr().err
 
 
 def test_trl_dataset_formats_are_read(tmp_path, write_jsonl):

@@ -24,6 +24,15 @@ def test_unknown_override_suggests(capsys):
     assert "Did you mean 'optim.learning_rate'?" in capsys.readouterr().err
 
 
+def test_a_clamped_warmup_is_one_warning_line(capsys):
+    assert main(["--config", "test", "--print-config", "train.steps=2"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "jaxstack-train: warning: optim.schedule.warmup_steps=2 is not shorter than the 2-step "
+        "run; using 0 (a tenth of it). Set optim.schedule.warmup_ratio (a share of the run) or "
+        "warmup_steps to choose."
+    ]
+
+
 def test_print_config_applies_overrides(capsys):
     assert main(["--config", "test", "--print-config", "model.num_layers=3", "optim.lr=0.5"]) == 0
     out = capsys.readouterr().out
@@ -124,7 +133,6 @@ def test_cli_dry_run_compiles_real_size_on_fake_cpu_devices():
         (["model.num_layers=two"], "model.num_layers"),
         (["checkpoint.max_to_keep=0"], "checkpoint.max_to_keep"),
         (["eval.every=-5"], "eval.every"),
-        (["train.steps=2"], "optim.schedule.warmup_steps=2"),
         (["data.path={tmp}/empty.txt"], "empty.txt' is an empty file"),
         (["--config", "{tmp}/list.yaml"], "holds [1, 2], not a mapping of sections"),
         (["--config", "{tmp}/binary.yaml"], "not valid YAML: unacceptable character #x0089"),

@@ -1,5 +1,6 @@
 import json
 import pathlib
+import warnings
 
 import pytest
 import yaml
@@ -43,7 +44,7 @@ def test_unknown_key_suggests_the_nearest():
         load_config("tiny", ["model.num_layer=3"])
     with pytest.raises(ConfigError, match=r"Did you mean 'optim\.weight_decay'\?"):
         load_config("tiny", ["optim.weight_decy=0.1"])
-    with pytest.raises(ConfigError, match="unknown config key 'trian'"):
+    with pytest.raises(ConfigError, match="unknown key 'trian'"):
         load_config("tiny", ["trian.steps=3"])
 
 
@@ -84,7 +85,9 @@ def test_config_round_trips_through_yaml(tmp_path):
 
 
 def test_missing_config_file_is_named(tmp_path):
-    with pytest.raises(ConfigError, match=r"nope\.yaml': No such file or directory"):
+    with pytest.raises(
+        ConfigError, match=r"nope\.yaml': cannot read the file \(No such file or directory\)"
+    ):
         load_config(str(tmp_path / "nope.yaml"))
 
 
@@ -101,10 +104,6 @@ def test_missing_config_file_is_named(tmp_path):
         ("data.num_workers=-1", r"^data\.num_workers: .* greater than or equal to 0, got -1"),
         ("log.peak_flops=-3", r"^log\.peak_flops: Input should be greater than 0, got -3"),
         ("train.host_allocator=mmap", r"^train\.host_allocator: .* 'auto', 'retain' or 'system'"),
-        (
-            "train.steps=2",
-            r"^optim\.schedule\.warmup_steps=2 leaves no steps to decay in 2 steps$",
-        ),
     ],
 )
 def test_every_bad_value_fails_at_load_time_naming_the_key(override, message):
@@ -244,6 +243,17 @@ def test_the_schedule_spans_the_run_unless_total_steps_is_set():
     c = load_config("test", ["train.steps=40", "optim.schedule.total_steps=30"])
     assert c.optimizer.schedule.total_steps == 30
     assert Config.from_dict(c.to_dict()).optimizer == c.optimizer
+
+
+def test_a_warmup_as_long_as_the_run_is_clamped_with_a_warning_and_a_ratio_is_a_share():
+    with pytest.warns(UserWarning, match=r"warmup_steps=2 is not shorter than the 2-step run; "):
+        c = load_config("test", ["train.steps=2"])
+    assert c.optimizer.schedule.warmup == 0 and c.optim["schedule"]["warmup_steps"] == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warmup that fits, or a ratio, is left alone
+        assert load_config("test", ["train.steps=3"]).optimizer.schedule.warmup == 2
+        c = load_config("test", ["train.steps=40", "optim.schedule.warmup_ratio=0.25"])
+    assert c.optimizer.schedule.warmup == 10
 
 
 def test_an_override_may_set_a_top_level_key_and_a_bad_one_is_named():

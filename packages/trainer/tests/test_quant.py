@@ -44,7 +44,7 @@ def test_the_session_model_is_intercepted_by_the_rules():
 def test_bad_rules_are_a_config_error_naming_the_field(tmp_path):
     bad = tmp_path / "rules.yaml"
     bad.write_text("- {module_path: '.*', weight_qtype: int3}\n")
-    with pytest.raises(ConfigError, match=r"quant\.rules=.*weight_qtype='int3'"):
+    with pytest.raises(ConfigError, match=r"quant\.rules=.*weight_qtype: .*, got 'int3'"):
         quant.rules(load_config("test", [f"quant.rules={bad}"]))
 
 

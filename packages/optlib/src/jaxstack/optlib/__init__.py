@@ -30,6 +30,12 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "OptimizerConfig",
             "ScheduleConfig",
         ],
+        "_src.config_model": [
+            "ConfigModel",
+            "PositionalConfigModel",
+            "load_yaml",
+            "read_yaml_file",
+        ],
         "_src.ema": ["ParamEmaState", "param_ema"],
         "_src.errors": ["ConfigError", "Error", "UnmatchedRegexWarning"],
         "_src.losses": ["cross_entropy_loss"],

@@ -31,8 +31,6 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "Section",
             "apply_overrides",
             "parse_override",
-            "read_yaml_file",
-            "validate_config",
         ],
         "_src.cli": ["main"],
         "_src.dry_run": ["dry_run"],

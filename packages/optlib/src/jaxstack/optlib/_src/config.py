@@ -18,13 +18,14 @@ cross-field rule's `ConfigError` is a sentence that names its fields.
 from __future__ import annotations
 
 import os
-import pathlib
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal, get_args
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+import yaml
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
+from jaxstack.optlib._src.config_model import PositionalConfigModel, load_yaml, read_yaml_file
 from jaxstack.optlib._src.errors import ConfigError
 from jaxstack.optlib._src.paths import compile_regexes
 
@@ -63,17 +64,6 @@ _USES = {
 _OPTIONAL = set().union(*_USES.values())
 
 
-def _yaml_float(value: Any) -> Any:
-    """YAML 1.1 (PyYAML) reads `1e-3`, an exponent without a dot, as a string: the number it
-    spells (in a mapping's values too); any other string is left for the type check to refuse."""
-    if isinstance(value, Mapping):
-        return {key: _yaml_float(item) for key, item in value.items()}
-    try:
-        return float(value) if isinstance(value, str) else value
-    except ValueError:
-        return value
-
-
 def _tuple(value: Any) -> Any:
     """One item (a regex, an axis) or a list of them, as a tuple."""
     if isinstance(value, str | int):
@@ -94,40 +84,9 @@ def _axes_pair(value: Any) -> Any:
 Regexes = Annotated[tuple[str, ...], pydantic.BeforeValidator(_tuple)]
 Axes = Annotated[tuple[int, ...], Field(min_length=1), pydantic.BeforeValidator(_tuple)]
 AxesPair = Annotated[tuple[Axes, Axes] | None, pydantic.BeforeValidator(_axes_pair)]
-_NUMBERS = ("learning_rate", "weight_decay", "clip_norm", "b1", "b2", "eps", "momentum")
 
 
-class _Checked(BaseModel):
-    """Strict (no bool for a number, no "yes" for true), frozen, no unknown keys, no NaN."""
-
-    model_config = ConfigDict(
-        strict=True, frozen=True, extra="forbid", allow_inf_nan=False, use_attribute_docstrings=True
-    )
-
-    def __init__(self, *args: Any, **data: Any) -> None:
-        """Fields by keyword, or positionally in their order."""
-        if len(args) > len(type(self).model_fields):
-            raise TypeError(f"{type(self).__name__} takes {len(type(self).model_fields)} fields")
-        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
-
-    @classmethod
-    def from_dict(cls, data: Any) -> Any:
-        """From a plain mapping (as parsed from JSON or YAML), raising a one-line ConfigError."""
-        try:
-            return cls.model_validate(data)
-        except ValidationError as error:
-            raise ConfigError(_one_line(cls, error)) from None
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON/YAML-ready dict (lists, not tuples) that `from_dict` reads back."""
-        return self.model_dump(mode="json")
-
-    def replace(self, **changes: Any) -> Any:
-        """A copy with some fields changed (checked again, as `from_dict`)."""
-        return self.from_dict({**dict(self), **changes})
-
-
-class ScheduleConfig(_Checked):
+class ScheduleConfig(PositionalConfigModel):
     """A learning-rate schedule, as a multiple of `OptimizerConfig.learning_rate`.
 
     Steps are optimiser updates: with `accumulate_steps=k` one schedule step is k micro-batches.
@@ -139,7 +98,8 @@ class ScheduleConfig(_Checked):
     """Linear warmup from `init_lr_ratio * lr` to `lr` (all schedules; for "constant" it is the
     only shape, for schedule-free AdamW the usual choice)."""
     total_steps: int | None = Field(None, ge=1)
-    """The step where cosine, linear or WSD decay ends (needed by those three)."""
+    """The step where cosine, linear or WSD decay ends (needed by those three, and
+    by `warmup_ratio`)."""
     final_lr_ratio: float = Field(0.0, ge=0)
     """The learning rate at `total_steps`, as a fraction of `lr`."""
     decay_steps: int | None = Field(None, ge=1)
@@ -149,27 +109,35 @@ class ScheduleConfig(_Checked):
     """The learning rate at step 0, as a fraction of `lr`."""
     decay_shape: Literal["linear", "cosine", "sqrt"] = "linear"
     """WSD only: the decay's shape ("sqrt" is 1 - sqrt of the progress)."""
-
-    _numbers = field_validator("final_lr_ratio", "init_lr_ratio", mode="before")(_yaml_float)
+    warmup_ratio: float | None = Field(None, ge=0, lt=1)
+    """The warmup as a share of `total_steps` (TRL's `warmup_ratio`); set, it replaces
+    `warmup_steps` (`warmup` is the steps either gives)."""
 
     @model_validator(mode="before")
     @classmethod
     def _from_name(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data
 
+    @property
+    def warmup(self) -> int:
+        """The warmup's steps: `warmup_ratio` of `total_steps` when set, else `warmup_steps`."""
+        ratio, total = self.warmup_ratio, self.total_steps or 0
+        return self.warmup_steps if ratio is None else int(ratio * total)
+
     @model_validator(mode="after")
     def _phases(self) -> ScheduleConfig:
-        name, total, decay = self.name, self.total_steps, self.decay_steps
-        warmup = self.warmup_steps
+        name, total, decay, warmup = self.name, self.total_steps, self.decay_steps, self.warmup
         if name in ("warmup_cosine", "warmup_linear", "wsd") and total is None:
             raise ConfigError(f"schedule {name!r} needs total_steps (where the decay ends)")
+        if self.warmup_ratio is not None and total is None:
+            raise ConfigError("schedule.warmup_ratio needs total_steps (the run's length)")
         if name == "wsd" and decay is None:
             raise ConfigError("schedule 'wsd' needs decay_steps (length of the final decay)")
         for field, default in (("decay_steps", None), ("decay_shape", "linear")):
             if name != "wsd" and getattr(self, field) != default:
                 raise ConfigError(f"schedule.{field} is only used by 'wsd', not {name!r}")
         if total is not None and warmup + (decay or 0) > total:
-            steps = "warmup_steps + decay_steps" if decay else "warmup_steps"
+            steps = "warmup + decay_steps" if decay else "warmup"
             raise ConfigError(
                 f"schedule.{steps} ({warmup}{f' + {decay}' if decay else ''}) exceeds "
                 f"total_steps ({total}); shorten the warmup or lengthen the run"
@@ -177,7 +145,7 @@ class ScheduleConfig(_Checked):
         return self
 
 
-class OptimizerConfig(_Checked):
+class OptimizerConfig(PositionalConfigModel):
     """An optimiser recipe; `build_optimizer(config, params)` turns it into plain Optax.
 
     Regexes use `re.search` on the `/`-joined parameter path (`layers/0/attn/q_proj/kernel`).
@@ -185,8 +153,8 @@ class OptimizerConfig(_Checked):
 
     name: OptimizerName = "adamw"
     """The optimiser (`OPTIMIZERS`)."""
-    learning_rate: float = Field(1e-3, ge=0)
-    """The peak learning rate; `schedule` scales it over time."""
+    learning_rate: float = Field(1e-3, ge=0, validation_alias=AliasChoices("learning_rate", "lr"))
+    """The peak learning rate (`lr` for short); `schedule` scales it over time."""
     schedule: ScheduleConfig = ScheduleConfig()
     """The learning-rate schedule (a mapping of its fields, or just its name)."""
     weight_decay: float = Field(0.0, ge=0)
@@ -221,7 +189,7 @@ class OptimizerConfig(_Checked):
     max_consecutive_nonfinite: int = Field(10, ge=1)
     """After this many skipped updates in a row the update is applied anyway, so a diverged run
     fails visibly instead of idling."""
-    lr_multipliers: dict[str, Annotated[float, Field(ge=0)]] = {}
+    lr_multipliers: dict[str, Annotated[float, Field(ge=0)]] = Field({})
     """Regex -> factor on the learning rate of matching parameters (the first matching regex
     wins; the others keep factor 1)."""
     frozen: Regexes = ()
@@ -229,13 +197,11 @@ class OptimizerConfig(_Checked):
     muon_exclude: Regexes | None = None
     """muon only: regexes of matrices sent to the Adam fallback anyway; null means
     `DEFAULT_MUON_EXCLUDE` (embeddings and the output head)."""
-    muon_dimension_numbers: dict[str, AxesPair] = {}
+    muon_dimension_numbers: dict[str, AxesPair] = Field({})
     """muon only: regex -> `[reduction_axes, output_axes]` for parameters that are matrices in
     disguise (a `[embed, heads, head_dim]` kernel, a scanned `[layers, in, out]` stack: the
     other axes are batch axes), or null to send them to the Adam fallback. Unmatched
     parameters use the default rule (2-D -> muon)."""
-
-    _numbers = field_validator(*_NUMBERS, "ema_decay", "lr_multipliers", mode="before")(_yaml_float)
 
     @field_validator(
         "weight_decay_mask", "frozen", "muon_exclude", "lr_multipliers", "muon_dimension_numbers"
@@ -274,39 +240,13 @@ class OptimizerConfig(_Checked):
 
     @classmethod
     def from_yaml(cls, source: str | os.PathLike[str]) -> OptimizerConfig:
-        """From YAML text, or from a `.yaml`/`.yml` file path (needs PyYAML: `[yaml]` extra)."""
-        yaml = _import_yaml()
+        """From YAML text, or from a `.yaml`/`.yml` file path."""
         if isinstance(source, os.PathLike) or (
             "\n" not in source and source.endswith((".yaml", ".yml"))
         ):
-            path = pathlib.Path(source)
-            if not path.is_file():
-                raise ConfigError(f"optimizer config file {str(path)!r} does not exist")
-            source = path.read_text()
-        return cls.from_dict(yaml.safe_load(source) or {})
+            return cls.from_dict(read_yaml_file(source) or {})
+        return cls.from_dict(load_yaml(source) or {})
 
     def to_yaml(self) -> str:
         """YAML text that `from_yaml` reads back."""
-        return _import_yaml().safe_dump(self.to_dict(), sort_keys=False)
-
-
-def _one_line(cls: type[_Checked], error: ValidationError) -> str:
-    """The first problem: a rule's own sentence, or the dotted field, pydantic's message (it
-    states the range, the valid names or the type) and the bad value."""
-    first = error.errors()[0]
-    loc, cause = first["loc"], first.get("ctx", {}).get("error")
-    if isinstance(cause, ConfigError):
-        return str(cause)
-    field = ".".join(map(str, loc)) or cls.__name__
-    if first["type"] == "extra_forbidden":
-        model = ScheduleConfig if loc[:-1] == ("schedule",) else cls
-        return f"{field}: unknown field; valid fields: {list(model.model_fields)}"
-    return f"{field}: {cause or first['msg']}, got {first['input']!r}"
-
-
-def _import_yaml() -> Any:
-    try:
-        import yaml
-    except ImportError:
-        raise ConfigError("YAML configs need PyYAML: pip install 'jaxstack-optlib[yaml]'") from None
-    return yaml
+        return yaml.safe_dump(self.to_dict(), sort_keys=False)

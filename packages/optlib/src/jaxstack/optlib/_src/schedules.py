@@ -37,29 +37,29 @@ def build_schedule(
 
 
 def _warmup(s: ScheduleConfig, peak: float) -> optax.Schedule:
-    return optax.linear_schedule(s.init_lr_ratio * peak, peak, s.warmup_steps)
+    return optax.linear_schedule(s.init_lr_ratio * peak, peak, s.warmup)
 
 
 def _constant(s: ScheduleConfig, peak: float) -> optax.Schedule:
-    if s.warmup_steps == 0:
+    if s.warmup == 0:
         return optax.constant_schedule(peak)
     # The same function schedule-free AdamW uses for its own `warmup_steps`.
-    return optax.warmup_constant_schedule(s.init_lr_ratio * peak, peak, s.warmup_steps)
+    return optax.warmup_constant_schedule(s.init_lr_ratio * peak, peak, s.warmup)
 
 
 def _warmup_cosine(s: ScheduleConfig, peak: float) -> optax.Schedule:
     return optax.warmup_cosine_decay_schedule(
         init_value=s.init_lr_ratio * peak,
         peak_value=peak,
-        warmup_steps=s.warmup_steps,
+        warmup_steps=s.warmup,
         decay_steps=s.total_steps,
         end_value=s.final_lr_ratio * peak,
     )
 
 
 def _warmup_linear(s: ScheduleConfig, peak: float) -> optax.Schedule:
-    decay = optax.linear_schedule(peak, s.final_lr_ratio * peak, s.total_steps - s.warmup_steps)
-    return optax.join_schedules([_warmup(s, peak), decay], [s.warmup_steps])
+    decay = optax.linear_schedule(peak, s.final_lr_ratio * peak, s.total_steps - s.warmup)
+    return optax.join_schedules([_warmup(s, peak), decay], [s.warmup])
 
 
 def _wsd(s: ScheduleConfig, peak: float) -> optax.Schedule:
@@ -77,19 +77,19 @@ def _wsd(s: ScheduleConfig, peak: float) -> optax.Schedule:
 
     stable_end = s.total_steps - steps
     return optax.join_schedules(
-        [_warmup(s, peak), optax.constant_schedule(peak), decay], [s.warmup_steps, stable_end]
+        [_warmup(s, peak), optax.constant_schedule(peak), decay], [s.warmup, stable_end]
     )
 
 
 def _inverse_sqrt(s: ScheduleConfig, peak: float) -> optax.Schedule:
-    timescale = max(s.warmup_steps, 1)
+    timescale = max(s.warmup, 1)
     init = s.init_lr_ratio * peak
 
     def schedule(count):
         step = jnp.asarray(count, jnp.float32)
         warm = init + (peak - init) * step / timescale
         decayed = peak * jnp.sqrt(timescale / jnp.maximum(step, timescale))
-        return jnp.where(step < s.warmup_steps, warm, decayed)
+        return jnp.where(step < s.warmup, warm, decayed)
 
     return schedule
 

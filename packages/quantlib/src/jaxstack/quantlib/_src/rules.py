@@ -17,11 +17,11 @@ from __future__ import annotations
 import pathlib
 import re
 import reprlib
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from jaxstack import optlib
 from jaxstack.quantlib._src import calibration
 from jaxstack.quantlib._src.errors import RuleError
 
@@ -29,12 +29,11 @@ WeightQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2", "nf4"]
 ActQType = Literal["int8", "int4", "fp8_e4m3", "fp8_e5m2"]
 
 
-class QuantRule(BaseModel):
-    """How to quantise the modules whose path matches `module_path`."""
+class QuantRule(optlib.PositionalConfigModel):
+    """How to quantise the modules whose path matches `module_path` (strict, frozen, no unknown
+    keys; fields by keyword or in order: `QuantRule(".*", "int4")`)."""
 
-    model_config = ConfigDict(
-        strict=True, frozen=True, extra="forbid", use_attribute_docstrings=True
-    )
+    error: ClassVar[type[Exception]] = RuleError
 
     module_path: str = ".*"
     """Regex searched in the module path (`attn/(q|k|v)_proj$`, `.*`); first match wins."""
@@ -52,12 +51,6 @@ class QuantRule(BaseModel):
     act_static: bool = False
     """One scale per module calibrated on sample batches instead of a per-token scale computed
     on the fly (needs `act_qtype`)."""
-
-    def __init__(self, *args: Any, **data: Any) -> None:
-        """Fields by keyword, or positionally in their order (`QuantRule(".*", "int4")`)."""
-        if len(args) > len(type(self).model_fields):
-            raise TypeError(f"QuantRule takes {len(type(self).model_fields)} fields")
-        super().__init__(**dict(zip(type(self).model_fields, args, strict=False)), **data)
 
     @field_validator("module_path")
     @classmethod
@@ -83,10 +76,6 @@ class QuantRule(BaseModel):
     @property
     def quantizes(self) -> bool:
         return self.weight_qtype is not None or self.act_qtype is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (JSON/YAML-ready) that `QuantRule(**d)` reads back."""
-        return self.model_dump()
 
 
 PRESETS: dict[str, tuple[QuantRule, ...]] = {
@@ -118,22 +107,10 @@ def rules_from_dicts(items: Any, source: str) -> tuple[QuantRule, ...]:
     rules = []
     for i, item in enumerate(items):
         try:
-            rules.append(QuantRule.model_validate(item))
-        except ValidationError as error:
-            raise RuleError(f"{source}: rule {i}: {_one_line(error)}") from None
+            rules.append(QuantRule.from_dict(item))
+        except RuleError as e:
+            raise RuleError(f"{source}: rule {i}: {e}") from None
     return tuple(rules)
-
-
-def _one_line(error: ValidationError) -> str:
-    """The first problem: a rule's own sentence, or the field, the bad value and pydantic's
-    message (it states the valid qtypes, the range or the type)."""
-    first = error.errors()[0]
-    key, cause = ".".join(map(str, first["loc"])), first.get("ctx", {}).get("error")
-    if isinstance(cause, RuleError):
-        return str(cause)
-    if first["type"] == "extra_forbidden":
-        return f"unknown key {key!r}; known: {list(QuantRule.model_fields)}"
-    return f"{key}={first['input']!r}: {first['msg']}"
 
 
 def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
@@ -145,17 +122,5 @@ def load_rules(spec: str | pathlib.Path) -> tuple[QuantRule, ...]:
         raise RuleError(
             f"rules {str(spec)!r} is neither a preset ({', '.join(PRESETS)}) nor a YAML file"
         )
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise RuleError(
-            f"{path} is not a YAML rules file (not UTF-8 text: {e.reason} at byte {e.start}); "
-            f"{RULES_FILE_EXAMPLE}"
-        ) from e
-    except OSError as e:
-        raise RuleError(f"{path}: cannot read the rules file ({e.strerror})") from e
-    try:
-        items = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise RuleError(f"{path} does not parse as YAML: {str(e).splitlines()[0]}") from e
+    items = optlib.read_yaml_file(path, RuleError)
     return rules_from_dicts(items, str(path))

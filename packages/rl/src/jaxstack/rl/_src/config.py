@@ -19,7 +19,6 @@ iteration for GRPO/PPO; `train.steps` counts optimiser steps (SFT, DPO, ORPO) or
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -200,7 +199,7 @@ class RLConfig(trainer.Config):
         if hf and isinstance(data, Mapping) and "tokenizer" not in data:
             tree["data"] = {**data, "tokenizer": hf}
         name = tree.get("name") or tree["algorithm"]
-        return super().from_dict(_short_run_warmup(tree), name=str(name))
+        return super().from_dict(tree, name=str(name))
 
     @model_validator(mode="after")
     def _rl_together(self) -> RLConfig:
@@ -214,38 +213,6 @@ class RLConfig(trainer.Config):
                 "engine serves float weights (use lora.quantize=null)"
             )
         return self
-
-
-def _short_run_warmup(tree: dict[str, Any]) -> dict[str, Any]:
-    """`optim.schedule.warmup_ratio` (TRL's name: warmup as a share of the run) becomes
-    `warmup_steps` (replacing any given); a warmup as long as the run or longer (a preset's
-    warmup in a short run) is clamped to a tenth of the run, with a warning, not refused."""
-    try:
-        optim, schedule = tree["optim"], dict(tree["optim"]["schedule"])
-        train = tree.get("train") or {}
-        steps = schedule.get("total_steps") or train.get("steps", trainer.TrainSection().steps)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return tree  # no schedule mapping: nothing to fit
-    if type(steps) is not int or steps < 1:
-        return tree  # the trainer names the bad value
-    ratio = schedule.pop("warmup_ratio", None)
-    if ratio is not None:
-        if type(ratio) not in (int, float) or not 0 <= ratio < 1:
-            raise ConfigError(
-                f"optim.schedule.warmup_ratio={ratio!r}: give the warmup's share of the run, "
-                "in [0, 1) (e.g. 0.1)"
-            )
-        schedule["warmup_steps"] = int(ratio * steps)  # replaces a preset's warmup_steps
-    warmup, decays = schedule.get("warmup_steps", 0), schedule.get("name") not in (None, "constant")
-    if type(warmup) is int and warmup >= steps + (not decays):  # as the trainer and optlib refuse
-        warnings.warn(
-            f"optim.schedule.warmup_steps={warmup} is not shorter than the {steps}-step run; "
-            f"using {steps // 10} (a tenth of it). Set optim.schedule.warmup_ratio (a share of "
-            "the run) or warmup_steps to choose.",
-            stacklevel=4,
-        )
-        schedule["warmup_steps"] = steps // 10
-    return {**tree, "optim": {**optim, "schedule": schedule}}
 
 
 def list_presets() -> list[str]:

@@ -24,6 +24,7 @@ import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
+import warnings  # noqa: E402
 
 from jaxstack.trainer._src.config import Config, list_configs, load_config  # noqa: E402
 from jaxstack.trainer._src.errors import ConfigError, report_error  # noqa: E402
@@ -112,7 +113,11 @@ def _main(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh) if args.mesh else None
     if mesh and not (args.dry_run or args.aot_topology):
         overrides += [f"mesh.{a}={n}" for a, n in mesh.items()]
-    config = load_config(args.config, overrides)
+    with warnings.catch_warnings(record=True) as caught:  # a clamped warmup: one line each
+        warnings.simplefilter("always", UserWarning)
+        config = load_config(args.config, overrides)
+    for warning in caught:
+        print(f"jaxstack-train: warning: {warning.message}", file=sys.stderr)
     if args.print_config:
         import yaml
 

@@ -11,11 +11,11 @@ checked against *their* declarations, so each field has one source of truth:
   `learning_rate`), with `schedule` a nested mapping of `ScheduleConfig` fields whose
   `total_steps` defaults to `train.steps`; optlib's models validate it.
 
-The machinery comes first: `Section` (a frozen pydantic model that refuses unknown keys and
-converts nothing but an int where a float is declared), one YAML reader (YAML 1.2 floats: `3e-4`
-is a number) for files and override values, dotted overrides, and `validate_config`, which words
-pydantic's first error as one line: the dotted key, pydantic's own message (it states the range,
-the choices or the type) and the bad value, or for an unknown key the nearest valid one.
+The machinery is optlib's, shared by every package's config: `Section` is its `ConfigModel`
+(frozen, strict, no unknown keys; `from_dict` words pydantic's first error as one line: the
+dotted key, pydantic's own message and the bad value, or for an unknown key the nearest valid
+one), and its YAML reader (YAML 1.2 floats: `3e-4` is a number) reads files and override values.
+This module adds presets and dotted overrides.
 
 `load_config("tiny", ["model.num_layers=2", "optim.lr=3e-4"])` reads a preset (or a YAML file),
 applies the overrides in order and validates the result; a bad key or value is one line naming
@@ -30,89 +30,24 @@ import functools
 import importlib.resources
 import os
 import pathlib
-import re
 import typing
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Literal
 
 import pydantic
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
+from jaxstack import optlib
 from jaxstack.trainer._src.errors import ConfigError
 
 
-class Section(BaseModel):
-    """Base of every config section: strict types, no unknown keys, immutable. A field's
-    docstring is its description (in the JSON Schema and the reference page)."""
+class Section(optlib.ConfigModel):
+    """Base of every config section: optlib's `ConfigModel` (strict types, no unknown keys,
+    immutable; a field's docstring is its description), raising the trainer's ConfigError."""
 
-    model_config = ConfigDict(
-        extra="forbid", frozen=True, strict=True, use_attribute_docstrings=True
-    )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain data (YAML/JSON-ready) that validates back to an equal config."""
-        return self.model_dump(mode="json")
-
-
-def validate_config(cls: Any, tree: Any, prefix: str = "", error: Any = ConfigError) -> Any:
-    """`cls.model_validate(tree)`, raising `error` with one line about the first problem; keys
-    are named under `prefix` (the section `tree` is, when it is not a whole config)."""
-    try:
-        return cls.model_validate(tree)
-    except pydantic.ValidationError as e:
-        raise error(explain(cls, e.errors()[0], prefix)) from None
-
-
-def explain(cls: type[BaseModel], err: Mapping[str, Any], prefix: str = "") -> str:
-    """One pydantic error of `cls` in one line. A validator's own sentence (a jaxstack error,
-    or any model-level one) is kept, after the section it concerns; an unknown key gets the
-    nearest valid one; anything else is `key: <pydantic's message>, got <value>`."""
-    loc = [str(part) for part in err["loc"]]
-    key = ".".join([prefix, *loc] if prefix else loc)
-    cause = (err.get("ctx") or {}).get("error")
-    if type(cause).__module__.startswith("jaxstack.") or (cause and not loc):
-        return f"{prefix}: {cause}" if prefix else str(cause)
-    if err["type"] != "extra_forbidden":
-        return f"{key}: {cause or err['msg']}, got {err['input']!r}"
-    for part in loc[:-1]:  # down to the section that holds the unknown key
-        hint = cls.model_fields[part].annotation
-        cls = next(t for t in (hint, *typing.get_args(hint)) if isinstance(t, type))
-    valid = sorted(cls.model_fields)
-    near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
-    hint = f" Did you mean {key.removesuffix(loc[-1]) + near[0]!r}?" if near else ""
-    return f"unknown config key {key!r}.{hint} Valid keys here: {', '.join(valid)}"
-
-
-# ---- YAML: one reader for files and override values ----
-
-
-class _Loader(yaml.SafeLoader):
-    """PyYAML's safe loader reading floats as YAML 1.2 does: `3e-4` and `1E5` are numbers."""
-
-
-_EXPONENT = re.compile(r"^[-+]?[0-9][0-9_]*(\.[0-9_]*)?[eE][-+]?[0-9]+$")  # YAML 1.1 misses these
-_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT, list("-+0123456789"))
-
-
-def load_yaml(text: str) -> Any:
-    """The one YAML reader (safe: no Python objects), for files and overrides alike."""
-    return yaml.load(text, Loader=_Loader)
-
-
-def read_yaml_file(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """A YAML file holding a mapping of sections, or a ConfigError saying what it holds instead
-    (PyYAML's reader refuses binary and non-UTF-8 files, saying where)."""
-    try:
-        with open(path, "rb") as f:
-            tree = load_yaml(f)
-    except OSError as e:
-        raise ConfigError(f"config file {str(path)!r}: {e.strerror}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file is not valid YAML: {' '.join(str(e).split())}") from None
-    if not isinstance(tree, Mapping | None):
-        raise ConfigError(f"config file {str(path)!r} holds {tree!r}, not a mapping of sections")
-    return dict(tree or {})
+    error: ClassVar[type[Exception]] = ConfigError
 
 
 def list_configs(package: str = __package__) -> list[str]:
@@ -125,16 +60,18 @@ def read_config_tree(name_or_path: str, package: str = __package__) -> tuple[dic
     """The tree of a YAML file (by path) or of a preset of `package` (by name), and its name.
     A preset's relative `data.path` (its own records, in presets/data/) is made absolute."""
     path, presets = os.fspath(name_or_path), list_configs(package)
-    if path.endswith((".yaml", ".yml")) or os.path.isfile(path):
-        return read_yaml_file(path), pathlib.Path(path).stem
-    if path not in presets:
+    root = pathlib.Path(str(importlib.resources.files(package) / "presets"))
+    preset = not path.endswith((".yaml", ".yml")) and not os.path.isfile(path)
+    if preset and path not in presets:
         near = "".join(f" Did you mean {p!r}?" for p in difflib.get_close_matches(path, presets, 1))
         raise ConfigError(f"unknown config preset {path!r}.{near} Presets: {', '.join(presets)}")
-    root = pathlib.Path(str(importlib.resources.files(package) / "presets"))
-    tree = load_yaml((root / f"{path}.yaml").read_text()) or {}
-    if isinstance(tree.get("data"), dict) and "path" in tree["data"]:
+    tree = optlib.read_yaml_file(root / f"{path}.yaml" if preset else path, ConfigError)
+    if not isinstance(tree, Mapping | None):
+        raise ConfigError(f"config file {path!r} holds {tree!r}, not a mapping of sections")
+    tree = dict(tree or {})
+    if preset and isinstance(tree.get("data"), dict) and "path" in tree["data"]:
         tree["data"]["path"] = str(root / tree["data"]["path"])
-    return tree, path
+    return tree, pathlib.Path(path).stem
 
 
 # ---- dotted overrides ----
@@ -158,11 +95,11 @@ def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 def parse_override(item: str) -> tuple[str, Any]:
     """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
     key, _, raw = (part.strip() for part in item.partition("="))
-    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # the short name people type
+    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # a file's value stays overridable
     if not key or "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form section.key=value (optim.lr=3)")
     try:
-        return key, load_yaml(raw)
+        return key, optlib.load_yaml(raw)
     except yaml.YAMLError:
         return key, raw
 
@@ -335,7 +272,6 @@ class Config(Section):
     log: LogSection = LogSection()
     quant: QuantSection = QuantSection()
 
-    error: ClassVar[type[Exception]] = ConfigError
     schema_title: ClassVar[str] = "jaxstack-train run config"
     _optimizer: Any = pydantic.PrivateAttr(None)
 
@@ -351,14 +287,12 @@ class Config(Section):
         if not isinstance(tree, Mapping):
             raise cls.error(f"a config must be a mapping of sections (train:, ...), got {tree!r}")
         tree = {"name": name} | {k: v for k, v in tree.items() if v is not None}
-        return validate_config(cls, {**tree, "name": str(tree["name"])}, error=cls.error)
+        return super().from_dict({**tree, "name": str(tree["name"])})
 
     @classmethod
     def config_schema(cls) -> dict[str, Any]:
         """The JSON Schema of a config file (`--print-schema`), the siblings' `model` and `optim`
         keys included, for editors that complete and check YAML."""
-        from jaxstack import optlib
-
         schema = {"$schema": "https://json-schema.org/draft/2020-12/schema"}
         schema |= cls.model_json_schema() | {"title": cls.schema_title}
         model = _model_section().model_json_schema()["properties"]
@@ -386,7 +320,7 @@ class Config(Section):
         """Keys and plain types here, then nnlib's own checks of the preset with the fields."""
         from jaxstack import nnlib
 
-        checked = validate_config(_model_section(), {"preset": "tiny", **model}, "model")
+        checked = _model_section().from_dict({"preset": "tiny", **model}, "model")
         fields = {k: getattr(checked, k) for k in model if k != "preset"}
         try:
             nnlib.get_preset(checked.preset).replace(**fields)
@@ -394,32 +328,13 @@ class Config(Section):
             raise ConfigError(f"model: {e}") from None
         return {"preset": checked.preset, **fields}
 
-    @field_validator("optim")
-    @classmethod
-    def _lr(cls, optim: dict[str, Any]) -> dict[str, Any]:
-        """`lr` stands for `learning_rate`."""
-        if "lr" in optim and "learning_rate" in optim:
-            raise ConfigError("both optim.lr and optim.learning_rate are set; keep one")
-        return {("learning_rate" if k == "lr" else k): v for k, v in optim.items()}
-
     @model_validator(mode="after")
     def _together(self) -> Config:
-        """optlib validates the optim section (kept as `optimizer`), its schedule spanning
-        train.steps unless set; then the checks that need two sections."""
-        from jaxstack import optlib
-
-        steps, accum, optim = self.train.steps, self.train.grad_accum, dict(self.optim)
-        schedule = optim.get("schedule")
-        schedule = {"name": schedule} if isinstance(schedule, str) else schedule
-        if isinstance(schedule, Mapping) and schedule.get("name", "constant") != "constant":
-            total = schedule.get("total_steps")
-            optim["schedule"] = {**schedule, "total_steps": steps if total is None else total}
-        self._optimizer = resolved = validate_config(optlib.OptimizerConfig, optim, "optim")
-        warmup, total = resolved.schedule.warmup_steps, resolved.schedule.total_steps
-        if resolved.schedule.name != "constant" and warmup >= total:
-            raise ConfigError(
-                f"optim.schedule.warmup_steps={warmup} leaves no steps to decay in {total} steps"
-            )
+        """optlib validates the optim section (kept as `optimizer`) over a run of train.steps;
+        then the checks that need two sections."""
+        accum, schedule = self.train.grad_accum, self.optim.get("schedule", {})
+        optim = {**self.optim, "schedule": _fit_schedule(schedule, self.train.steps)}
+        self._optimizer = resolved = optlib.OptimizerConfig.from_dict(optim, "optim")
         if accum > 1 and (n := resolved.accumulate_steps) > 1:
             raise ConfigError(
                 f"train.grad_accum={accum} and optim.accumulate_steps={n} both accumulate; keep one"
@@ -429,6 +344,29 @@ class Config(Section):
                 f"data.batch_size={batch} is not a multiple of train.grad_accum={accum}"
             )
         return self
+
+
+def _fit_schedule(schedule: Any, steps: int) -> Any:
+    """The schedule over a run of `steps` steps: its `total_steps` (where a decay ends, what
+    `warmup_ratio` is a share of) is the run's unless set; a warmup as long as the run or longer
+    (a preset's, in a short run) becomes a tenth of it, with a warning, not an error."""
+    schedule = {"name": schedule} if isinstance(schedule, str) else schedule
+    if not isinstance(schedule, Mapping):
+        return schedule  # optlib names what is wrong
+    decays = schedule.get("name", "constant") != "constant"
+    if (decays or "warmup_ratio" in schedule) and schedule.get("total_steps") is None:
+        schedule = {**schedule, "total_steps": steps}
+    warmup, total = schedule.get("warmup_steps", 0), schedule.get("total_steps") or steps
+    fits = "warmup_ratio" in schedule or not type(warmup) is type(total) is int  # or optlib says
+    if not fits and warmup >= total + (not decays):
+        warnings.warn(
+            f"optim.schedule.warmup_steps={warmup} is not shorter than the {total}-step run; "
+            f"using {total // 10} (a tenth of it). Set optim.schedule.warmup_ratio (a share of "
+            "the run) or warmup_steps to choose.",
+            stacklevel=2,
+        )
+        schedule = {**schedule, "warmup_steps": total // 10}
+    return schedule
 
 
 @functools.cache
