@@ -42,6 +42,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "MeshError",
             "ResumeError",
             "report_error",
+            "report_warnings",
         ],
         "_src.goodput": ["GoodputTracker"],
         "_src.loop": ["TrainResult", "train"],

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import warnings
 
 from jaxstack.rl._src.config import ALGORITHMS, RLConfig, list_presets, load_config
 from jaxstack.rl._src.errors import Error
@@ -114,11 +113,10 @@ def _main(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     overrides = list(args.overrides)
     if args.run_dir:
         overrides.append(f"log.run_dir={args.run_dir}")
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
+    from jaxstack.trainer import report_warnings
+
+    with report_warnings("jaxstack-rl"):
         config = load_config(args.command, args.config, overrides)
-    for warning in caught:
-        print(f"jaxstack-rl: warning: {warning.message}", file=sys.stderr)
     if args.print_config:
         import yaml
 

@@ -24,10 +24,9 @@ import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
 import sys  # noqa: E402
-import warnings  # noqa: E402
 
 from jaxstack.trainer._src.config import Config, list_configs, load_config  # noqa: E402
-from jaxstack.trainer._src.errors import ConfigError, report_error  # noqa: E402
+from jaxstack.trainer._src.errors import ConfigError, report_error, report_warnings  # noqa: E402
 from jaxstack.trainer._src.signals import STOP, Stopped, exit_status  # noqa: E402
 
 MESH_AXES = ("data", "fsdp", "tensor", "expert")
@@ -113,11 +112,8 @@ def _main(args: argparse.Namespace) -> int:
     mesh = parse_mesh(args.mesh) if args.mesh else None
     if mesh and not (args.dry_run or args.aot_topology):
         overrides += [f"mesh.{a}={n}" for a, n in mesh.items()]
-    with warnings.catch_warnings(record=True) as caught:  # a clamped warmup: one line each
-        warnings.simplefilter("always", UserWarning)
+    with report_warnings("jaxstack-train"):
         config = load_config(args.config, overrides)
-    for warning in caught:
-        print(f"jaxstack-train: warning: {warning.message}", file=sys.stderr)
     if args.print_config:
         import yaml
 

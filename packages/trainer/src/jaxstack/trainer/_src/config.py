@@ -357,8 +357,8 @@ def _fit_schedule(schedule: Any, steps: int) -> Any:
     if (decays or "warmup_ratio" in schedule) and schedule.get("total_steps") is None:
         schedule = {**schedule, "total_steps": steps}
     warmup, total = schedule.get("warmup_steps", 0), schedule.get("total_steps") or steps
-    fits = "warmup_ratio" in schedule or not type(warmup) is type(total) is int  # or optlib says
-    if not fits and warmup >= total + (not decays):
+    numbers = type(warmup) is int and type(total) is int  # else optlib names the bad value
+    if numbers and "warmup_ratio" not in schedule and warmup >= total + (not decays):
         warnings.warn(
             f"optim.schedule.warmup_steps={warmup} is not shorter than the {total}-step run; "
             f"using {total // 10} (a tenth of it). Set optim.schedule.warmup_ratio (a share of "
