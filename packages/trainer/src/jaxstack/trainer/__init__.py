@@ -32,7 +32,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "apply_overrides",
             "parse_override",
         ],
-        "_src.cli": ["main"],
+        "_src.cli": ["add_xla_flags", "main"],
         "_src.dry_run": ["dry_run"],
         "_src.aot": ["AotError", "TpuSlice", "aot_train_compile"],
         "_src.errors": [
@@ -45,6 +45,7 @@ __getattr__, __dir__, __all__ = lazy_loader.attach(
             "report_warnings",
         ],
         "_src.goodput": ["GoodputTracker"],
+        "_src.session": ["enable_compile_cache", "loss_fn_for"],
         "_src.loop": ["TrainResult", "train"],
         "_src.mesh": [
             "DEFAULT_RULES",

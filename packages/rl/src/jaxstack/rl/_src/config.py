@@ -30,6 +30,21 @@ from jaxstack.rl._src.errors import ConfigError
 ALGORITHMS = ("sft", "dpo", "orpo", "grpo", "ppo")
 """The post-training algorithms, one `jaxstack-rl` subcommand and config section each."""
 
+TRAINER_ONLY = (
+    *("data.validation_path", "data.vocab_from_tokenizer", "data.num_workers", "data.num_shards"),
+    *("data.prefetch", "train.donate", "train.attention", "train.matmul_backend", "eval.batches"),
+    *("log.sample_prompt", "log.sample_tokens", "log.sample_temperature", "log.peak_flops"),
+    *("log.profile_start", "log.profile_steps", "quant.rules"),
+)
+"""The trainer's settings that no post-training algorithm reads: a value other than the default
+is an error, not a setting that silently does nothing (rl's schema leaves them out)."""
+SFT_ONLY = (
+    *("data.packing", "train.grad_accum", "train.z_loss_weight"),
+    *("train.moe_load_balance_weight", "train.moe_router_z_weight"),
+)
+"""The trainer's settings that SFT reads (it trains with the trainer's loss and step) and the
+other algorithms, with losses and batches of their own, do not."""
+
 
 class InitSection(trainer.Section):
     """Starting weights; neither set = a freshly initialised model (seeded by train.seed)."""
@@ -200,6 +215,31 @@ class RLConfig(trainer.Config):
             tree["data"] = {**data, "tokenizer": hf}
         name = tree.get("name") or tree["algorithm"]
         return super().from_dict(tree, name=str(name))
+
+    @classmethod
+    def config_schema(cls) -> dict[str, Any]:
+        """The trainer's schema without the settings no algorithm reads (`TRAINER_ONLY`)."""
+        schema = super().config_schema()
+        for key in TRAINER_ONLY:
+            section, field = key.split(".")
+            section_type = type(cls.model_fields[section].default).__name__
+            del schema["$defs"][section_type]["properties"][field]
+        return schema
+
+    @model_validator(mode="after")
+    def _read_by_the_algorithm(self) -> RLConfig:
+        """Refuses a trainer setting that this algorithm would ignore."""
+        for key in TRAINER_ONLY + (SFT_ONLY if self.algorithm != "sft" else ()):
+            section, field = key.split(".")
+            node = getattr(self, section)
+            value, default = getattr(node, field), type(node).model_fields[field].default
+            if value != default:
+                users = "no algorithm" if key in TRAINER_ONLY else "only sft"
+                raise ConfigError(
+                    f"{key}={value!r} has no effect in jaxstack-rl {self.algorithm} ({users} "
+                    f"reads it; it is a jaxstack-train setting): remove it, or set {default!r}"
+                )
+        return self
 
     @model_validator(mode="after")
     def _rl_together(self) -> RLConfig:

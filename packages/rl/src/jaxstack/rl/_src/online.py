@@ -47,9 +47,9 @@ from jaxstack.rl._src.run import (
     Evaluate,
     Run,
     RunResult,
-    host_allocator,
     initial_state,
     optimizer,
+    prepare_host,
 )
 from jaxstack.rl._src.sft import export_model, require_data
 from jaxstack.rl._src.shared_prompt import pack_groups, shared_prompt_attention, shares_prompts
@@ -198,11 +198,7 @@ def _online_run(
     evaluate: Evaluate | None,
 ) -> RunResult:
     reward_list = as_rewards(rewards if rewards is not None else config.rewards)
-    if config.base.train.grad_accum != 1:
-        raise ConfigError(
-            f"{config.algorithm} updates on whole rollout batches; set train.grad_accum=1"
-        )
-    allocator = host_allocator(config)
+    allocator = prepare_host(config)
     roles = place_roles(config)
     policy = build_policy(config)
     rollouter = Rollouter(config, policy, reward_list, roles)

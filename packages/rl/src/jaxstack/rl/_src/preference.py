@@ -23,7 +23,7 @@ from jaxstack.rl._src.encode import sequence_batch, shuffled_batches, trim_paddi
 from jaxstack.rl._src.logprobs import completion_logprobs, completion_positions, sequence_logprobs
 from jaxstack.rl._src.policy import Policy, build_policy
 from jaxstack.rl._src.records import read_preference_records
-from jaxstack.rl._src.run import Run, RunResult, host_allocator, initial_state, optimizer
+from jaxstack.rl._src.run import Run, RunResult, initial_state, optimizer, prepare_host
 from jaxstack.rl._src.sft import export_model, require_data
 
 
@@ -143,7 +143,7 @@ def orpo(config: RLConfig) -> RunResult:
 def _preference(config: RLConfig) -> RunResult:
     from jaxstack import trainer
 
-    allocator = host_allocator(config)
+    allocator = prepare_host(config)
     policy = build_policy(config)
     pairs = encode_pairs(config, policy)
     batch_size = config.base.data.batch_size

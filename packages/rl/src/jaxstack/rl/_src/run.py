@@ -112,17 +112,24 @@ def initial_state(params: Any, tx: Any) -> dict[str, Any]:
     return {"params": params, "opt_state": tx.init(params), "step": jnp.zeros((), jnp.int32)}
 
 
-def host_allocator(config: RLConfig) -> str:
-    """Applies `train.host_allocator` to this process; returns the setting in force.
+def prepare_host(config: RLConfig) -> str:
+    """Applies the trainer's host settings to this process; returns the host allocator in force.
 
-    XLA:CPU mallocs each step's temporaries, and under glibc's own rules a tiny GRPO iteration
-    paged ~9,000 freshly zeroed pages back in ("retain" keeps them: docs/rl.md). "auto" is the
-    CPU flags' guess here (the trainer's loop times both instead). Each algorithm calls this
-    before its first JAX computation: threads that have malloc'd keep their own arenas.
+    - `train.xla_flags` join `XLA_FLAGS` (XLA reads them when JAX starts its backend: in a
+      process that has computed already, as the second stage of a recipe, they come too late);
+    - `train.compile_cache` turns on JAX's persistent compilation cache;
+    - `train.host_allocator`: XLA:CPU mallocs each step's temporaries, and under glibc's own
+      rules a tiny GRPO iteration paged ~9,000 freshly zeroed pages back in ("retain" keeps
+      them: docs/rl.md). "auto" is the CPU flags' guess here (the trainer's loop times both
+      instead). Threads that have malloc'd keep their own arenas, so each algorithm calls this
+      before its first JAX computation.
     """
+    from jaxstack import trainer
     from jaxstack.xprof_lite import set_host_allocator
 
-    return set_host_allocator(config.base.train.host_allocator)
+    trainer.add_xla_flags(config.train.xla_flags)
+    trainer.enable_compile_cache(config.train.compile_cache)
+    return set_host_allocator(config.train.host_allocator)
 
 
 class Run:

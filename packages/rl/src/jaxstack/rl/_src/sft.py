@@ -22,9 +22,9 @@ from jaxstack.rl._src.run import (
     Run,
     RunResult,
     StopFn,
-    host_allocator,
     initial_state,
     optimizer,
+    prepare_host,
 )
 
 
@@ -56,7 +56,7 @@ def sft(
     from jaxstack import datalib, trainer
 
     records = read_sft_records(require_data(config))
-    allocator = host_allocator(config)
+    allocator = prepare_host(config)
     policy = build_policy(config)
     encoder = policy.encoder()
     documents = [encoder.sft_document(r, config.sft.train_on) for r in records]
@@ -70,7 +70,7 @@ def sft(
         packing=data.packing,
     )
     tx = optimizer(config, policy.params)
-    loss_fn = trainer.make_loss_fn(policy.apply)
+    loss_fn = trainer.loss_fn_for(config, policy.apply)  # with train.z_loss_weight, moe_*
     train_step = jax.jit(
         trainer.make_train_step(loss_fn, tx, grad_accum=config.base.train.grad_accum),
         donate_argnums=0,

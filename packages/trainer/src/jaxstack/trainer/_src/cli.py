@@ -135,7 +135,7 @@ def _main(args: argparse.Namespace) -> int:
 
         print(format_report(dry_run(config, mesh)))
         return 0
-    _add_xla_flags(config.train.xla_flags)
+    add_xla_flags(config.train.xla_flags)
     from jaxstack.trainer._src.loop import train
 
     result = train(config, start_time=_START)
@@ -168,8 +168,9 @@ COMPILE_DEVICE_LIMIT = 64
 AOT_ENV = {"JAX_PLATFORMS": "cpu", "TPU_SKIP_MDS_QUERY": "1", "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
-def _add_xla_flags(extra: str | None) -> None:
-    """Appends the config's XLA flags unless set already (they must precede backend start).
+def add_xla_flags(extra: str | None) -> None:
+    """Appends `train.xla_flags` to `XLA_FLAGS`, but flags set there already. XLA reads them when
+    JAX starts its backend, so call this before the first computation (both CLIs do).
 
     Only for jaxlib >= 0.12, whose XLA knows them: an unknown flag would abort the process.
     """

@@ -59,7 +59,8 @@ def plan_state(config: Config, mcfg: Any, model: Any, mesh: Any, rules: Any) -> 
 
 
 def loss_fn_for(config: Config, apply: Any) -> Any:
-    """The training loss of `apply` with the run's z-loss and MoE auxiliary-loss weights."""
+    """The training loss of `apply` with the config's z-loss and MoE auxiliary-loss weights
+    (`train.z_loss_weight`, `train.moe_*_weight`)."""
     t = config.train
     return make_loss_fn(
         apply,
@@ -304,6 +305,8 @@ class Session:
 
 
 def enable_compile_cache(directory: str | None) -> None:
+    """Turns on JAX's persistent compilation cache in `directory` (`train.compile_cache`; None:
+    off): a restarted run loads its compiled steps instead of compiling them again."""
     if directory is None:
         return
     path = pathlib.Path(directory).expanduser()
