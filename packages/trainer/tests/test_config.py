@@ -112,6 +112,17 @@ def test_every_bad_value_fails_at_load_time_naming_the_key(override, message):
         load_config("test", [override])
 
 
+def test_lr_beside_learning_rate_is_one_setting_given_twice(tmp_path):
+    (tmp_path / "c.yaml").write_text("optim:\n  lr: 0.1\n  learning_rate: 0.2\n")
+    with pytest.raises(
+        ConfigError, match=r"^'optim\.lr' and 'optim\.learning_rate' are one setting"
+    ):
+        load_config(str(tmp_path / "c.yaml"))
+    (tmp_path / "c.yaml").write_text("optim:\n  lr: 0.1\n")
+    for override in "optim.lr=0.3", "optim.learning_rate=0.3":  # either name replaces the file's
+        assert load_config(str(tmp_path / "c.yaml"), [override]).optimizer.learning_rate == 0.3
+
+
 def test_two_gradient_accumulations_are_refused():
     with pytest.raises(ConfigError, match=r"train\.grad_accum=2 and optim\.accumulate_steps=2"):
         load_config("test", ["train.grad_accum=2", "optim.accumulate_steps=2"])

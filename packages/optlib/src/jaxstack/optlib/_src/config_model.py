@@ -85,6 +85,9 @@ def _one_line(cls: type[BaseModel], err: Mapping[str, Any], prefix: str) -> str:
         hint = cls.model_fields[part].annotation
         cls = next(t for t in (hint, *typing.get_args(hint)) if isinstance(t, type))
     valid = sorted(cls.model_fields)
+    for field, info in cls.model_fields.items():  # an alias given beside its field
+        if loc[-1] in getattr(info.validation_alias, "choices", ()):
+            return f"{key!r} and {key.removesuffix(loc[-1]) + field!r} are one setting; keep one"
     near = difflib.get_close_matches(loc[-1], valid, n=1, cutoff=0.5)
     hint = f" Did you mean {key.removesuffix(loc[-1]) + near[0]!r}?" if near else ""
     return f"unknown key {key!r}.{hint} Valid keys here: {', '.join(valid)}"

@@ -76,6 +76,8 @@ def read_config_tree(name_or_path: str, package: str = __package__) -> tuple[dic
 
 # ---- dotted overrides ----
 
+_ALIASES = {"optim.lr": "optim.learning_rate"}  # optlib's: an override replaces either name
+
 
 def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str, Any]:
     """Sets each `section.key=value` override in a config tree, in order; returns the tree."""
@@ -88,6 +90,8 @@ def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str,
                 node[part] = {}
             if not isinstance(node := node[part], dict):
                 raise ConfigError(f"cannot set {key!r}: {part!r} is a value, not a section")
+        for alias in (a for a, name in _ALIASES.items() if name == key):
+            node.pop(alias.rpartition(".")[2], None)
         node[leaf] = value
     return tree
 
@@ -95,7 +99,7 @@ def apply_overrides(tree: dict[str, Any], overrides: Iterable[str]) -> dict[str,
 def parse_override(item: str) -> tuple[str, Any]:
     """`"optim.lr=3e-4"` -> `("optim.learning_rate", 0.0003)`; values parse as YAML scalars."""
     key, _, raw = (part.strip() for part in item.partition("="))
-    key = {"optim.lr": "optim.learning_rate"}.get(key, key)  # a file's value stays overridable
+    key = _ALIASES.get(key, key)
     if not key or "=" not in item:
         raise ConfigError(f"override {item!r} is not of the form section.key=value (optim.lr=3)")
     try:
