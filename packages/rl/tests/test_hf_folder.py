@@ -114,6 +114,19 @@ def test_init_hf_takes_the_folders_tokenizer_and_writes_a_complete_folder(
     )
 
 
+def test_every_preset_takes_an_init_hf_folders_own_tokenizer(hf_folder):
+    import warnings
+
+    source = hf_folder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to warn about: the folder's tokenizer is used
+        for preset in rl.list_presets():
+            config = rl.load_config(None, preset, [f"init.hf={source}", "data.path=x.jsonl"])
+            assert config.data.tokenizer == str(source), preset
+    with pytest.warns(UserWarning, match=r"^data\.tokenizer='byte' replaces the tokenizer of "):
+        rl.load_config("sft", "tiny-sft", [f"init.hf={source}", "data.tokenizer=byte"])
+
+
 def test_byte_runs_write_a_tokenizer_json_with_the_byte_ids(tmp_path, tiny, write_jsonl):
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
     result = run_sft(tmp_path, tiny, data)
@@ -136,7 +149,10 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_an_error_at_start(
 ):
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
     big = hf_folder("big", vocab_size=4096)
-    with pytest.raises(rl.ConfigError, match="not the model's tokenizer"):
+    with (
+        pytest.raises(rl.ConfigError, match="not the model's tokenizer"),
+        pytest.warns(UserWarning, match="replaces the tokenizer of init.hf"),
+    ):
         run_sft(tmp_path, tiny, data, f"init.hf={big}", "data.tokenizer=byte")
     small = hf_folder("small", vocab_size=200)
     with pytest.raises(rl.ConfigError, match="index past the embedding"):

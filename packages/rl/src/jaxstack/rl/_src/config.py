@@ -19,6 +19,8 @@ iteration for GRPO/PPO; `train.steps` counts optimiser steps (SFT, DPO, ORPO) or
 
 from __future__ import annotations
 
+import pathlib
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -239,6 +241,20 @@ class RLConfig(trainer.Config):
                     f"{key}={value!r} has no effect in jaxstack-rl {self.algorithm} ({users} "
                     f"reads it; it is a jaxstack-train setting): remove it, or set {default!r}"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _own_tokenizer(self) -> RLConfig:
+        """Warns when `data.tokenizer` replaces the tokenizer that an `init.hf` folder brings."""
+        own = pathlib.Path(self.init.hf or "") / "tokenizer.json"
+        chosen = pathlib.Path(self.data.tokenizer).resolve()
+        if self.init.hf and own.is_file() and chosen not in (own.resolve(), own.parent.resolve()):
+            warnings.warn(
+                f"data.tokenizer={self.data.tokenizer!r} replaces the tokenizer of "
+                f"init.hf={self.init.hf!r}: the model's token ids then stand for other text; "
+                "leave data.tokenizer unset to train with the model's own",
+                stacklevel=2,
+            )
         return self
 
     @model_validator(mode="after")
