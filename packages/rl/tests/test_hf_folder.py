@@ -127,6 +127,21 @@ def test_every_preset_takes_an_init_hf_folders_own_tokenizer(hf_folder):
         rl.load_config("sft", "tiny-sft", [f"init.hf={source}", "data.tokenizer=byte"])
 
 
+def test_an_init_hf_model_takes_the_compute_settings_of_the_model_section(
+    tmp_path, tiny, write_jsonl, hf_folder
+):
+    source = hf_folder()
+    compute = ["model.dtype=bfloat16", "model.remat=full", "model.num_layers=3"]
+    policy = build_policy(rl.load_config("sft", None, [*tiny, f"init.hf={source}", *compute]))
+    assert (policy.model.config.dtype, policy.model.config.remat) == ("bfloat16", "full")
+    assert policy.model.config.num_layers == 1  # the folder's config.json defines the model
+    data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
+    result = run_sft(tmp_path, tiny, data, f"init.hf={source}", *compute[:2])
+    assert np.isfinite(result.summary["final_loss"])
+    config = json.loads((result.run_dir / "model" / "config.json").read_text())
+    assert config["num_hidden_layers"] == 1
+
+
 def test_byte_runs_write_a_tokenizer_json_with_the_byte_ids(tmp_path, tiny, write_jsonl):
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
     result = run_sft(tmp_path, tiny, data)

@@ -39,12 +39,19 @@ def model_config(config: RLConfig, vocab_size: int) -> Any:
         raise ConfigError(f"model section is not valid for nnlib: {e}") from None
 
 
+# The `model.*` fields that apply to an `init.hf` model (its config.json defines the rest):
+# how it computes, not what it is.
+HF_COMPUTE_FIELDS = ("dtype", "param_dtype", "remat", "moe_impl")
+
+
 def load_base_model(config: RLConfig, vocab_size: int) -> nnx.Module:
-    """The Transformer with the `init` weights (or a fresh one seeded by train.seed)."""
+    """The Transformer with the `init` weights (or a fresh one seeded by train.seed); an
+    `init.hf` model takes the config's `HF_COMPUTE_FIELDS`."""
     from jaxstack import nnlib
 
     if config.init.hf:
-        return nnlib.load_hf_checkpoint(config.init.hf)
+        compute = {k: v for k, v in config.model.items() if k in HF_COMPUTE_FIELDS}
+        return nnlib.load_hf_checkpoint(config.init.hf, **compute)
     model = nnlib.Transformer(
         model_config(config, vocab_size), rngs=nnx.Rngs(config.base.train.seed)
     )
