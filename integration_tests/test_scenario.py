@@ -160,10 +160,11 @@ def test_sft_then_dpo(trained, tmp_path):
         [{"prompt": f"def add_{i}(a, b):\n", "chosen": f"    return a + b + {i}\n",
           "rejected": f"    return a - b - {i}\n"} for i in range(16)],
     )  # fmt: skip
+    # no log.sample_tokens here: jaxstack-rl refuses the trainer settings it does not read
     common = [
         "train.steps=4", "data.seq_len=64", "data.batch_size=4", "eval.every=0",
         "checkpoint.every=4", "log.every=1", "log.report=false", "log.tensorboard=false",
-    ]  # fmt: skip (no log.sample_tokens: jaxstack-rl refuses the settings it does not read)
+    ]  # fmt: skip
     sft, dpo = tmp_path / "sft", tmp_path / "dpo"
     run([rl, "sft", "--run-dir", str(sft), f"init.checkpoint={trained}",
          f"data.path={sft_data}", *common], cwd=tmp_path)  # fmt: skip
