@@ -37,6 +37,12 @@ def tiny():
 
 
 @pytest.fixture
+def tiny_hf():
+    """`tiny` for runs from an `init.hf` folder, which defines the model: the log settings."""
+    return [item for item in TINY if not item.startswith("model.")]
+
+
+@pytest.fixture
 def tiny_model_config():
     """The model that `tiny`'s overrides describe (vocab_size comes from the run's tokenizer)."""
     from jaxstack import nnlib

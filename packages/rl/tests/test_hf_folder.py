@@ -40,12 +40,17 @@ def run_sft(tmp_path, tiny, data, *overrides, name="run"):
 
 
 def test_init_hf_takes_the_folders_tokenizer_and_writes_a_complete_folder(
-    tmp_path, tiny, write_jsonl, hf_folder
+    tmp_path, tiny_hf, write_jsonl, hf_folder
 ):
     source = hf_folder()
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
     result = run_sft(
-        tmp_path, tiny, data, f"init.hf={source}", "lora.rank=4", r"lora.pattern=attn/(q|v)_proj$"
+        tmp_path,
+        tiny_hf,
+        data,
+        f"init.hf={source}",
+        "lora.rank=4",
+        r"lora.pattern=attn/(q|v)_proj$",
     )
     assert result.step == 2
     out = result.run_dir / "model"
@@ -98,7 +103,7 @@ def test_init_hf_takes_the_folders_tokenizer_and_writes_a_complete_folder(
         merged["model.layers.0.mlp.up_proj.weight"], base["model.layers.0.mlp.up_proj.weight"]
     )
     # the folder is itself a valid init.hf, tokenizer included
-    again = build_policy(rl.load_config("dpo", None, [*tiny, f"init.hf={out}"]))
+    again = build_policy(rl.load_config("dpo", None, [*tiny_hf, f"init.hf={out}"]))
     assert again.tokenizer.eos_id == eos and again.tokenizer.vocab_size == tok.get_vocab_size()
     # the adapter serves over the base folder without merging, and answers as the merged folder
     greedy = serving.SamplingParams(temperature=0.0, max_tokens=6, ignore_eos=True, logprobs=0)
@@ -127,16 +132,26 @@ def test_every_preset_takes_an_init_hf_folders_own_tokenizer(hf_folder):
         rl.load_config("sft", "tiny-sft", [f"init.hf={source}", "data.tokenizer=byte"])
 
 
-def test_an_init_hf_model_takes_the_compute_settings_of_the_model_section(
-    tmp_path, tiny, write_jsonl, hf_folder
+def test_an_init_hf_model_takes_the_compute_settings_and_refuses_the_architecture_ones(
+    tmp_path, tiny_hf, write_jsonl, hf_folder
 ):
     source = hf_folder()
-    compute = ["model.dtype=bfloat16", "model.remat=full", "model.num_layers=3"]
-    policy = build_policy(rl.load_config("sft", None, [*tiny, f"init.hf={source}", *compute]))
+    compute = ["model.dtype=bfloat16", "model.remat=full"]
+    # the preset's own model section (2 layers) is not used: the folder defines the model
+    config = rl.load_config("sft", "tiny-sft", [*tiny_hf, f"init.hf={source}", *compute])
+    policy = build_policy(config)
     assert (policy.model.config.dtype, policy.model.config.remat) == ("bfloat16", "full")
-    assert policy.model.config.num_layers == 1  # the folder's config.json defines the model
+    assert policy.model.config.num_layers == 1
+    for override in ("model.num_layers=3", "model.preset=tiny-llama", "model.d_model=128"):
+        with pytest.raises(
+            rl.ConfigError,
+            match=rf"^{override.split('=')[0]} has no effect next to init\.hf='.*': the folder's "
+            r"config\.json defines the model, and of the model section only dtype, param_dtype, "
+            r"remat, moe_impl apply to it; remove the override$",
+        ):
+            rl.load_config("sft", "tiny-sft", [f"init.hf={source}", *compute, override])
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
-    result = run_sft(tmp_path, tiny, data, f"init.hf={source}", *compute[:2])
+    result = run_sft(tmp_path, tiny_hf, data, f"init.hf={source}", *compute)
     assert np.isfinite(result.summary["final_loss"])
     config = json.loads((result.run_dir / "model" / "config.json").read_text())
     assert config["num_hidden_layers"] == 1
@@ -160,7 +175,7 @@ def test_byte_runs_write_a_tokenizer_json_with_the_byte_ids(tmp_path, tiny, writ
 
 
 def test_a_tokenizer_that_does_not_fit_the_model_is_an_error_at_start(
-    tmp_path, tiny, write_jsonl, hf_folder
+    tmp_path, tiny, tiny_hf, write_jsonl, hf_folder
 ):
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
     big = hf_folder("big", vocab_size=4096)
@@ -168,14 +183,14 @@ def test_a_tokenizer_that_does_not_fit_the_model_is_an_error_at_start(
         pytest.raises(rl.ConfigError, match="not the model's tokenizer"),
         pytest.warns(UserWarning, match="replaces the tokenizer of init.hf"),
     ):
-        run_sft(tmp_path, tiny, data, f"init.hf={big}", "data.tokenizer=byte")
+        run_sft(tmp_path, tiny_hf, data, f"init.hf={big}", "data.tokenizer=byte")
     small = hf_folder("small", vocab_size=200)
     with pytest.raises(rl.ConfigError, match="index past the embedding"):
-        run_sft(tmp_path, tiny, data, f"init.hf={small}")
+        run_sft(tmp_path, tiny_hf, data, f"init.hf={small}")
     bare = hf_folder("bare")
     (bare / "tokenizer.json").unlink()
     with pytest.raises(rl.ConfigError, match=r"has no tokenizer\.json; set data\.tokenizer"):
-        run_sft(tmp_path, tiny, data, f"init.hf={bare}")
+        run_sft(tmp_path, tiny_hf, data, f"init.hf={bare}")
     assert not (tmp_path / "run").exists()  # refused before anything was written
     # a fresh model may have spare rows: its weights are nobody's yet
     fresh = build_policy(rl.load_config("sft", None, [*tiny, "model.vocab_size=4096"]))
@@ -198,7 +213,7 @@ def _peers_python():
 
 @pytest.mark.slow
 def test_transformers_and_peft_load_the_folders_and_agree_with_jaxstack(
-    tmp_path, tiny, write_jsonl, hf_folder
+    tmp_path, tiny_hf, write_jsonl, hf_folder
 ):
     import pathlib
     import subprocess
@@ -208,9 +223,9 @@ def test_transformers_and_peft_load_the_folders_and_agree_with_jaxstack(
     python = _peers_python()
     source = hf_folder()
     data = write_jsonl(tmp_path / "chat.jsonl", CHATS)
-    result = run_sft(tmp_path, tiny, data, f"init.hf={source}", "lora.rank=4", "optim.lr=1e-3")
+    result = run_sft(tmp_path, tiny_hf, data, f"init.hf={source}", "lora.rank=4", "optim.lr=1e-3")
     out = result.run_dir / "model"
-    policy = build_policy(rl.load_config("sft", None, [*tiny, f"init.hf={out}"]))
+    policy = build_policy(rl.load_config("sft", None, [*tiny_hf, f"init.hf={out}"]))
     messages = [{"role": "user", "content": "echo 3"}]
     prompt = [int(t) for t in policy.encoder().prompt(messages)]
     llm = LLM(str(out), max_num_seqs=2)  # the folder as jaxstack-serve loads it

@@ -43,9 +43,12 @@ def stages(tmp_path, write_jsonl, tiny, overrides):
 
 
 @pytest.mark.parametrize("tokenizer", ["byte", "hf-chatml"])
-def test_dpo_scores_the_tokens_sft_trains(tmp_path, write_jsonl, tiny, hf_folder, tokenizer):
+def test_dpo_scores_the_tokens_sft_trains(
+    tmp_path, write_jsonl, tiny, tiny_hf, hf_folder, tokenizer
+):
     overrides = [] if tokenizer == "byte" else [f"init.hf={hf_folder()}"]
-    doc, (row, mask), grpo_prompt, policy = stages(tmp_path, write_jsonl, tiny, overrides)
+    base = tiny if tokenizer == "byte" else tiny_hf
+    doc, (row, mask), grpo_prompt, policy = stages(tmp_path, write_jsonl, base, overrides)
     tok = policy.tokenizer
     sft_learned = learned(doc["tokens"], doc["loss_mask"])
     dpo_scored = learned(row, mask)

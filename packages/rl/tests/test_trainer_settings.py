@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from jaxstack import rl
 
@@ -47,6 +48,20 @@ def test_the_schema_leaves_out_what_no_algorithm_reads():
     assert {"xla_flags", "compile_cache", "z_loss_weight"} <= set(
         defs["TrainSection"]["properties"]
     )
+
+
+def test_a_saved_config_holds_only_the_keys_of_the_schema(tmp_path):
+    config = rl.load_config("grpo", "tiny-grpo", [])
+    config.save(tmp_path / "config.yaml")
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    schema = rl.RLConfig.config_schema()
+    for section, values in saved.items():
+        entry = schema["properties"][section]
+        if "$ref" in entry:
+            known = schema["$defs"][entry["$ref"].rpartition("/")[2]]["properties"]
+            assert set(values) <= set(known), section
+            assert set(entry["default"]) <= set(known), section
+    assert rl.load_config("grpo", str(tmp_path / "config.yaml"), []) == config
 
 
 def test_sft_trains_with_the_z_loss_weight(tmp_path, tiny):

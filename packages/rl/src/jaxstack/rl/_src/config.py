@@ -47,6 +47,10 @@ SFT_ONLY = (
 """The trainer's settings that SFT reads (it trains with the trainer's loss and step) and the
 other algorithms, with losses and batches of their own, do not."""
 
+HF_COMPUTE_FIELDS = ("dtype", "param_dtype", "remat", "moe_impl")
+"""The `model.*` fields that apply to an `init.hf` model, whose config.json defines the rest:
+how it computes, not what it is."""
+
 
 class InitSection(trainer.Section):
     """Starting weights; neither set = a freshly initialised model (seeded by train.seed)."""
@@ -222,11 +226,19 @@ class RLConfig(trainer.Config):
     def config_schema(cls) -> dict[str, Any]:
         """The trainer's schema without the settings no algorithm reads (`TRAINER_ONLY`)."""
         schema = super().config_schema()
-        for key in TRAINER_ONLY:
-            section, field = key.split(".")
-            section_type = type(cls.model_fields[section].default).__name__
-            del schema["$defs"][section_type]["properties"][field]
+        for section, field in (key.split(".") for key in TRAINER_ONLY):
+            entry = schema["properties"][section]
+            del entry["default"][field]
+            del schema["$defs"][entry["$ref"].rpartition("/")[2]]["properties"][field]
         return schema
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data without the `TRAINER_ONLY` settings (here always their defaults): a saved
+        config.yaml holds only keys that rl's schema knows, so editors find nothing to flag."""
+        tree = super().to_dict()
+        for section, field in (key.split(".") for key in TRAINER_ONLY):
+            del tree[section][field]
+        return tree
 
     @model_validator(mode="after")
     def _read_by_the_algorithm(self) -> RLConfig:
@@ -281,11 +293,23 @@ def load_config(
 ) -> RLConfig:
     """Reads a preset or YAML file (or starts empty), applies dotted overrides, validates.
 
-    `algorithm` (from the CLI sub-command) wins over the file's `algorithm` key.
+    `algorithm` (from the CLI sub-command) wins over the file's `algorithm` key. Next to
+    `init.hf`, an override of a `model.*` field outside `HF_COMPUTE_FIELDS` is an error: the
+    folder defines the model (a preset's own model section is simply not used).
     """
+    overrides = list(overrides)
     try:
         tree = trainer.read_config_tree(name_or_path, __package__)[0] if name_or_path else {}
         tree = trainer.apply_overrides(tree, overrides)
+        keys = [trainer.parse_override(item)[0] for item in overrides]
     except trainer.ConfigError as e:
         raise ConfigError(str(e)) from None
-    return RLConfig.from_dict(tree, algorithm)
+    config = RLConfig.from_dict(tree, algorithm)
+    ignored = [k for k in keys if k.startswith("model.") and k[6:] not in HF_COMPUTE_FIELDS]
+    if config.init.hf and ignored:
+        raise ConfigError(
+            f"{ignored[0]} has no effect next to init.hf={config.init.hf!r}: the folder's "
+            "config.json defines the model, and of the model section only "
+            f"{', '.join(HF_COMPUTE_FIELDS)} apply to it; remove the override"
+        )
+    return config

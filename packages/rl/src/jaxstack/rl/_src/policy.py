@@ -14,7 +14,7 @@ from typing import Any
 
 from flax import nnx
 
-from jaxstack.rl._src.config import RLConfig
+from jaxstack.rl._src.config import HF_COMPUTE_FIELDS, RLConfig
 from jaxstack.rl._src.errors import ConfigError
 
 
@@ -37,11 +37,6 @@ def model_config(config: RLConfig, vocab_size: int) -> Any:
         return base.replace(**fields)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"model section is not valid for nnlib: {e}") from None
-
-
-# The `model.*` fields that apply to an `init.hf` model (its config.json defines the rest):
-# how it computes, not what it is.
-HF_COMPUTE_FIELDS = ("dtype", "param_dtype", "remat", "moe_impl")
 
 
 def load_base_model(config: RLConfig, vocab_size: int) -> nnx.Module:
