@@ -86,7 +86,8 @@ def test_scored_log_probs_are_those_of_the_sampling_temperature(tiny):
     )
     sampler.update_weights(params)
     n = 4000
-    done = sampler.sample([prompt], n=n, max_new_tokens=1, temperature=0.5, top_k=None, iteration=0)
+    settings = dict(n=n, max_new_tokens=1, temperature=0.5, top_k=None, iteration=0)
+    done = sampler.finish(sampler.start([prompt], **settings))
     freq = np.bincount([int(t[0]) for t in done.token_ids], minlength=vocab) / n
     assert probs(0.5).sum() == pytest.approx(1.0, abs=1e-4)
     assert np.abs(freq - probs(0.5)).max() < 0.03  # a frequency's std is <= 0.008 here
@@ -241,6 +242,44 @@ def test_sigkill_and_resume_reproduces_the_uninterrupted_metrics(online_setup, a
     assert whole[1]["kl"] == 0 < whole[steps]["kl"]  # the policy moved off its start
     for step in whole:
         assert resumed[step] == whole[step], step
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_rounds_started_beside_the_update_change_no_number(online_setup, monkeypatch, algorithm):
+    """A round starts while the previous update computes, unless an evaluation samples in
+    between: runs that evaluate after every iteration and runs that never do agree."""
+    tmp_path, overrides = online_setup
+    from test_rl_rewards import length
+
+    from jaxstack.rl._src import online
+
+    events = []
+    start, collect = online.Rollouter.start, online.Rollouter.collect
+
+    def logged(name, method):
+        def call(self, params, iteration):
+            events.append((name, iteration))
+            return method(self, params, iteration)
+
+        return call
+
+    monkeypatch.setattr(online.Rollouter, "start", logged("start", start))
+    monkeypatch.setattr(online.Rollouter, "collect", logged("collect", collect))
+    runs, orders = {}, {}
+    for name, evaluate in (("beside", None), ("after", lambda step, generate: {})):
+        events.clear()
+        run_dir = tmp_path / f"{algorithm}-{name}"
+        steps = ["train.steps=3", "eval.every=1", "checkpoint.enabled=false"]
+        config = rl.load_config(algorithm, None, [*overrides, *steps, f"log.run_dir={run_dir}"])
+        getattr(rl, algorithm)(config, [length], evaluate=evaluate)
+        runs[name], orders[name] = _metrics(run_dir), list(events)
+    assert orders["beside"] == [
+        *[("collect", 0), ("start", 0), ("start", 1), ("collect", 1)],
+        *[("start", 2), ("collect", 2)],
+    ]
+    assert orders["after"] == [(e, i) for i in range(3) for e in ("collect", "start")]
+    assert runs["beside"] == runs["after"]
+    assert runs["beside"][1]["loss"] != runs["beside"][3]["loss"]
 
 
 def test_a_round_of_prompts_is_prefilled_in_one_engine_step(tiny):

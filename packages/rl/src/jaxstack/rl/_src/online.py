@@ -6,6 +6,7 @@ One iteration (`train.steps` of them):
     data.batch_size prompts -> rewards -> log-probs of the sampling policy and the reference
     (and values, PPO) -> advantages (group-relative for GRPO, GAE for PPO)
     -> updates_per_iteration optimiser steps on the clipped objective
+    -> (launched, not waited for) the next iteration's first engine step, under the new params
 
 Rows are padded to the smallest of 16, 32, 64, ... columns (up to `data.seq_len`) that holds the
 iteration's longest completion, as TRL pads to its longest: short completions cost a short
@@ -104,26 +105,41 @@ class Rollouter:
             seed=config.base.train.seed,
             prefill_tokens=config.base.data.batch_size * group * longest,
         )
+        self.started: tuple[int, Any] | None = None  # (iteration, its sequences) once started
 
     def greedy_fn(self, params: Any) -> Callable[[Sequence[str]], list[str]]:
         """`generate(prompts) -> completions`: greedy, under `params`, for an evaluation."""
         return self.sampler.greedy_fn(params, self.encoder, self.config.rollout.max_new_tokens)
 
-    def collect(self, params: Any, iteration: int) -> Rollouts:
-        r, data = self.config.rollout, self.config.base.data
-        t = time.perf_counter()
+    def start(self, params: Any, iteration: int) -> None:
+        """Hand `params` to the engine and launch the iteration's first engine step without
+        waiting. Called while the previous update computes (its params not ready yet), the
+        host's share of the round's start (requests, scheduling, the step's inputs) runs beside
+        that update instead of after it."""
+        r = self.config.rollout
         self.sampler.update_weights(params)
-        idx = np.asarray(self.order[iteration])
-        prompts = [self.prompt_ids[i] for i in idx]
-        done = self.sampler.sample(
-            prompts,
+        started = self.sampler.start(
+            [self.prompt_ids[i] for i in self.order[iteration]],
             n=r.group_size,
             max_new_tokens=r.max_new_tokens,
             temperature=r.temperature,
             top_k=r.top_k,
             iteration=iteration,
         )
+        self.started = iteration, started
+
+    def collect(self, params: Any, iteration: int) -> Rollouts:
+        """The iteration's rollouts under `params` (`start`ed already, or started here);
+        `rollout_s` times this call."""
+        r, data = self.config.rollout, self.config.base.data
+        t = time.perf_counter()
+        if self.started is None or self.started[0] != iteration:
+            self.start(params, iteration)
+        done = self.sampler.finish(self.started[1])
+        self.started = None
         rollout_s = time.perf_counter() - t
+        idx = np.asarray(self.order[iteration])
+        prompts = [self.prompt_ids[i] for i in idx]
         texts = [self.texts[i] for i in idx for _ in range(r.group_size)]
         rewards, valid, metrics = score(self.rewards, texts, done.texts, on_error=r.on_reward_error)
         rows = [p for p in prompts for _ in range(r.group_size)]
@@ -209,8 +225,11 @@ def _online_run(
         state = roles["actor"].put_state(state)  # a restored state comes back unplaced
 
         def step_fn(state, step):
-            state, metrics = update.iteration(state, step, rollouter)
-            if evaluate is not None and run.evaluation_due(step + 1):
+            evaluation = evaluate is not None and run.evaluation_due(step + 1)
+            # the next round starts beside this update, unless an evaluation samples between
+            follows = step + 1 < config.base.train.steps and not evaluation
+            state, metrics = update.iteration(state, step, rollouter, follows)
+            if evaluation:
                 generate = rollouter.greedy_fn(update.policy_params(state["params"]))
                 metrics.update(evaluate(step + 1, generate))
             return state, metrics
@@ -286,7 +305,7 @@ class GrpoUpdate:
     def policy_params(self, params: Any) -> Any:
         return params
 
-    def iteration(self, state, iteration: int, rollouter: Rollouter):
+    def iteration(self, state, iteration: int, rollouter: Rollouter, next_follows: bool = False):
         rollouts = rollouter.collect(state["params"], iteration)
         t = time.perf_counter()
         # the model passes run over packed rows: the recipe's rows (a 7-token prompt, a
@@ -309,6 +328,8 @@ class GrpoUpdate:
             batch["old_logps"] = self.logprobs(state["params"], batch)
         for _ in range(self.config.grpo.updates_per_iteration):
             state, metrics = self.train_step(state, batch)
+        if next_follows:
+            rollouter.start(state["params"], iteration + 1)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         metrics["update_s"] = time.perf_counter() - t
         metrics["zero_advantage_groups"] = zero_advantage_share(
@@ -419,7 +440,7 @@ class PpoUpdate:
     def policy_params(self, params: Any) -> Any:
         return params["policy"]
 
-    def iteration(self, state, iteration: int, rollouter: Rollouter):
+    def iteration(self, state, iteration: int, rollouter: Rollouter, next_follows: bool = False):
         rollouts = rollouter.collect(state["params"]["policy"], iteration)
         t = time.perf_counter()
         index = completion_positions(rollouts.batch["loss_mask"])
@@ -436,6 +457,8 @@ class PpoUpdate:
         batch.update(old_logps=old_logps, old_values=old_values, advantages=adv, returns=returns)
         for _ in range(self.config.ppo.updates_per_iteration):
             state, metrics = self.train_step(state, batch)
+        if next_follows:
+            rollouter.start(state["params"]["policy"], iteration + 1)
         metrics = {k: float(v) for k, v in jax.device_get(metrics).items()}
         metrics.update(kl=float(kl), update_s=time.perf_counter() - t)
         return state, {**rollouts.metrics, **metrics}

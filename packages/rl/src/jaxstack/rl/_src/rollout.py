@@ -3,7 +3,8 @@
 `EngineSampler` is the one seam between the RL loops and generation: `update_weights(params)`
 before each round of sampling (the trainer's current params, LoRA merged, moved onto the
 rollout role's mesh with `jax.device_put`: no disk), and
-`sample(prompt_ids, ...)` giving each prompt's `n` completions. Seeds are derived from the run's
+`start(prompt_ids, ...)` (queue the prompts, launch the first engine step, do not wait) then
+`finish(...)`, giving each prompt's `n` completions. Seeds are derived from the run's
 seed, the iteration and the prompt's position, so a resumed run samples what an uninterrupted
 one would.
 """
@@ -92,7 +93,7 @@ class EngineSampler:
             served = jax.device_put(served, self.shardings)
         self.llm.update_weights(served)
 
-    def sample(
+    def start(
         self,
         prompt_ids: Sequence[np.ndarray],
         *,
@@ -101,11 +102,16 @@ class EngineSampler:
         temperature: float,
         top_k: int | None,
         iteration: int,
-    ) -> Completions:
+    ) -> list[list[Any]]:
+        """Queue the prompts and launch the engine's first step without waiting for it (its
+        inputs may still be computing, as the params of an update just launched); `finish`
+        samples the rest. Returns each prompt's sequences."""
         from jaxstack.serving import SamplingParams
 
-        params = [
-            SamplingParams(
+        engine = self.llm.engine
+        started = []
+        for i, prompt in enumerate(prompt_ids):
+            params = SamplingParams(
                 n=n,
                 temperature=temperature,
                 top_k=top_k or 0,
@@ -113,10 +119,19 @@ class EngineSampler:
                 seed=int(np.random.SeedSequence([self.seed, iteration, i]).generate_state(1)[0]),
                 detokenize=False,
             )
-            for i in range(len(prompt_ids))
-        ]
-        outputs = self.llm.generate([[int(t) for t in p] for p in prompt_ids], params)
-        token_ids = [c.token_ids for request in outputs for c in request.outputs]
+            started.append(engine.add_request([int(t) for t in prompt], params))
+        engine.step()
+        return started
+
+    def finish(self, started: list[list[Any]]) -> Completions:
+        """Run the engine until the `start`ed sequences are complete; their completions."""
+        engine = self.llm.engine
+        while engine.has_unfinished():
+            engine.step()
+        failed = [q.error for seqs in started for q in seqs if q.error is not None]
+        if failed:  # the engine fails a request alone; a round needs every completion
+            raise failed[0]
+        token_ids = [q.output.token_ids for seqs in started for q in seqs]
         return Completions(
             [np.asarray(t, np.int32) for t in token_ids],
             self._decode(token_ids),
