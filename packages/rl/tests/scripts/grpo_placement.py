@@ -64,7 +64,8 @@ def run(placement: str) -> dict:
     state = update.initial_state()
     losses, rewards, kls = [], [], []
     for iteration in range(2):
-        state, metrics = update.iteration(state, iteration, rollouter)
+        # the second round starts beside the first update, its params sent across meshes
+        state, metrics = update.iteration(state, iteration, rollouter, iteration == 0)
         losses.append(metrics["loss"])
         rewards.append(metrics["reward"])
         kls.append(metrics["kl"])
