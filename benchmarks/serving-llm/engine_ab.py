@@ -19,6 +19,7 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py kvlayout-c8  # page- vs head-major cache
     .venv/bin/python benchmarks/serving-llm/engine_ab.py async-c32  # async scheduling on/off
     .venv/bin/python benchmarks/serving-llm/engine_ab.py alternatives-c32  # top-k when asked
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py chunks-c32  # attention chunks by bytes
 
 A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
@@ -40,6 +41,7 @@ import numpy as np
 from flax import nnx
 
 from jaxstack import nnlib
+from jaxstack.kernlib.ops.ragged_paged_attention import xla as xla_attention
 from jaxstack.serving import LLM, SamplingParams
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
@@ -187,6 +189,48 @@ def kvlayout_suite(concurrency: int) -> tuple:
     )
 
 
+class OwnPrograms:
+    """The model's GraphDef as a static argument equal only to itself: the engine compiles
+    programs of its own instead of sharing those of an engine of the same model."""
+
+    def __init__(self, key):
+        self.value, self._hash = key.value, hash(key)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+
+def chunks_of_256(llm: LLM) -> None:
+    """kernlib's XLA attention as before (kernlib 0.3.0): 256 cache positions per loop
+    iteration whatever the bytes a decode step gathers. The engine's programs are compiled
+    (`warmup`) while kernlib's byte limit is lifted, so they keep the old chunks."""
+    runner = llm.engine.runner
+    runner.graphdef_key = OwnPrograms(runner.graphdef_key)
+    limit, xla_attention.CHUNK_BYTES = xla_attention.CHUNK_BYTES, float("inf")
+    try:
+        runner.warmup()
+    finally:
+        xla_attention.CHUNK_BYTES = limit
+
+
+def warmed_up(llm: LLM) -> None:
+    """Every step program compiled before the first round, as `chunks_of_256` compiles its."""
+    llm.engine.runner.warmup()
+
+
+def chunks_suite(concurrency: int) -> tuple:
+    """Decode attention read 256 positions at a time (before) or in chunks of at most
+    kernlib's CHUNK_BYTES of keys (now); both engines compile every step shape first."""
+    options = dict(max_model_len=2048, max_num_batched_tokens=2048)
+    return concurrency, {
+        "256-position chunks (before)": (options, SAMPLED, chunks_of_256),
+        "chunks by bytes": (options, SAMPLED, warmed_up),
+    }
+
+
 # suite -> (concurrency, {variant: (engine options, sampling parameters[, change to the LLM])})
 SUITES = {
     # Goal 1 of issue 31: cost follows the work, not the cache's capacity or context limit.
@@ -225,6 +269,7 @@ SUITES = {
     **{f"sampler-c{c}": sampler_suite(c) for c in (1, 8, 32)},
     "rows-c8": rows_suite(8),
     **{f"kvlayout-c{c}": kvlayout_suite(c) for c in (1, 8, 32)},
+    **{f"chunks-c{c}": chunks_suite(c) for c in (8, 16, 32)},
     # Token buckets from 2 (a lone decode's model runs 2 token rows) or from 16 as before.
     "tokens-c1": (
         1,

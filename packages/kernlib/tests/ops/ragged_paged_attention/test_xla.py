@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from jaxstack import kernlib
-from jaxstack.kernlib.ops.ragged_paged_attention import base
+from jaxstack.kernlib.ops.ragged_paged_attention import base, xla
 
 
 def dense_attention(q, keys, values, positions):
@@ -68,10 +68,50 @@ def test_chunked_walk_equals_the_gather_everything_reference(rpa_batch, q_lens, 
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=2e-5)
 
 
+@pytest.mark.parametrize("options", [{}, {"sliding_window": 100}])
+def test_decode_chunks_cut_by_bytes_give_the_reference_numbers(rpa_batch, monkeypatch, options):
+    # A byte limit this low cuts the decodes' chunks down to one page each.
+    monkeypatch.setattr(xla, "CHUNK_BYTES", 1024)
+    batch = rpa_batch([1] * 6, [1, 300, 17, 520, 64, 129], page_size=8, live=5)
+    out = kernlib.ragged_paged_attention(*batch, implementation="xla", **options)
+    want = base.reference(*batch, **options)
+    np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=2e-5)
+
+
+def _largest_fusion_output(seqs: int, q_len: int = 1) -> int:
+    """Bytes of the largest array a fusion writes (the gathered pages of one chunk) when
+    `seqs` sequences of 200 cached tokens (4 kv heads of 64, float32, head-major cache) run
+    `q_len` query rows each."""
+    page, heads, dim, width = 16, 4, 64, 16
+    pages = jnp.ones((heads, seqs * width + 1, page, dim))
+    tables = jnp.arange(1, seqs * width + 1, dtype=jnp.int32).reshape(seqs, width)
+    kv_lens = jnp.full((seqs,), 200, jnp.int32)
+    starts = jnp.arange(0, seqs * q_len + 1, q_len, dtype=jnp.int32)
+    call = jax.jit(
+        lambda q, k, v: kernlib.ragged_paged_attention(
+            q, k, v, kv_lens, tables, starts, implementation="xla", kv_layout="head_major"
+        )
+    )
+    hlo = call.lower(jnp.ones((seqs * q_len, heads, dim)), pages, pages).compile().as_text()
+    shapes = re.findall(r"= f32\[([\d,]*)\]\{[\d,]*\} fusion\(", hlo)
+    return max(4 * math.prod(int(d) for d in shape.split(",") if d) for shape in shapes)
+
+
+def test_decode_steps_gather_at_most_chunk_bytes_of_keys_at_a_time():
+    # 32 decodes gathered 8 MiB of keys per 256-position chunk, which the matmul then read back
+    # from memory; they now read 64 positions at a time. 8 decodes (2 MiB) and prefill tiles
+    # keep 256-position chunks.
+    full_chunk = lambda seqs: seqs * 256 * 4 * 64 * 4
+    assert _largest_fusion_output(32) <= xla.CHUNK_BYTES < full_chunk(32)
+    assert _largest_fusion_output(8) == full_chunk(8) <= xla.CHUNK_BYTES
+    assert _largest_fusion_output(4, q_len=16) >= full_chunk(4)
+
+
 def _bytes_accessed(block_tables):
-    """XLA's count of the bytes one call reads and writes: 64 single-token decodes, 8 cached
-    tokens each (one 16-slot page), `block_tables` [64, width]."""
-    s, page, heads, dim = 64, 16, 4, 32
+    """XLA's count of the bytes one call reads and writes: 16 single-token decodes, 8 cached
+    tokens each (one 16-slot page), `block_tables` [16, width] (at 16 pages wide, one chunk
+    of 256 positions: 2 MiB of keys, within `xla.CHUNK_BYTES`)."""
+    s, page, heads, dim = 16, 16, 4, 32
     q = jnp.ones((s, heads, dim))
     pages = jnp.ones((s + 1, page, heads, dim))
     kv_lens = jnp.full((s,), 8, jnp.int32)
@@ -88,8 +128,8 @@ def _bytes_accessed(block_tables):
 def test_the_walk_reads_no_wider_than_the_block_tables():
     # Short sequences (an RL rollout's: one page each) must not be padded to a full 256-token
     # chunk per row; that made every engine step of a rollout read 16x the cache it holds.
-    one_page = jnp.arange(1, 65, dtype=jnp.int32)[:, None]
-    sixteen = jnp.concatenate([one_page, jnp.full((64, 15), -1, jnp.int32)], axis=1)
+    one_page = jnp.arange(1, 17, dtype=jnp.int32)[:, None]
+    sixteen = jnp.concatenate([one_page, jnp.full((16, 15), -1, jnp.int32)], axis=1)
     assert _bytes_accessed(one_page) < _bytes_accessed(sixteen) / 4
 
 
@@ -137,10 +177,10 @@ def test_the_pallas_kernels_refuse_a_head_major_cache(rpa_batch):
 
 def _transposes(kv_layout):
     """Output sizes in bytes of the transpose fusions (kernels XLA:CPU names for the transpose
-    they do) of 32 decodes of 200 cached tokens (one 256-position chunk each; 4 kv heads of
+    they do) of 8 decodes of 200 cached tokens (one 256-position chunk each; 4 kv heads of
     64, float32). A transpose fused into the gather's own kernel is not one: it writes the
     gathered rows once, in the order the matmuls read."""
-    s, page, heads, dim, width = 32, 16, 4, 64, 16
+    s, page, heads, dim, width = 8, 16, 4, 64, 16
     pages = jnp.ones((s * width + 1, page, heads, dim))
     if kv_layout == "head_major":
         pages = pages.transpose(2, 0, 1, 3)

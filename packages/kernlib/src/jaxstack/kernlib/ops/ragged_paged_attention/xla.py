@@ -27,7 +27,8 @@ import jax.numpy as jnp
 from jaxstack.kernlib.ops.attention import base as attention_base
 from jaxstack.kernlib.ops.ragged_paged_attention import base
 
-CHUNK_TOKENS = 256  # cache positions read per loop iteration (per tile)
+CHUNK_TOKENS = 256  # cache positions read per loop iteration (per tile), at most
+CHUNK_BYTES = 2 << 20  # decode rows: keys (and as many values) gathered per loop iteration
 BLOCK_Q = 16  # rows per prefill tile
 
 
@@ -38,12 +39,13 @@ def run(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=No
     layout = options.get("kv_layout", base.PAGE_MAJOR)
     head_major = layout == base.HEAD_MAJOR
     num_pages, page_size, hkv, d = base.cache_dims(k_pages, layout)
+    groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, st.window)
+    chunk = chunk_pages(groups.q.shape[:2], hkv * d * k_pages.dtype.itemsize, page_size)
     # A chunk never spans more pages than a block table holds: with short sequences (RL
     # rollouts: one page each) a full CHUNK_TOKENS chunk would gather and mask mostly padding.
-    chunk = max(1, min(CHUNK_TOKENS // page_size, block_tables.shape[1]))
+    chunk = min(chunk, block_tables.shape[1])
     width = -(-block_tables.shape[1] // chunk) * chunk
     tables = jnp.pad(block_tables, ((0, 0), (0, width - block_tables.shape[1])))
-    groups = query_groups(q, kv_lens, query_start_loc, num_seqs, page_size, st.window)
     q_tiles = groups.q.reshape(*groups.q.shape[:2], hkv, st.group, d)  # [V, bq, Hkv, g, D]
     if head_major:
         q_tiles = q_tiles.transpose(2, 0, 1, 3, 4)  # [Hkv, V, bq, g, D]
@@ -95,6 +97,20 @@ def run(q, k_pages, v_pages, kv_lens, block_tables, query_start_loc, num_seqs=No
     if head_major:
         out = out.transpose(1, 2, 0, 3, 4)  # [V, bq, Hkv, g, D]
     return groups.to_rows(out.reshape(*groups.q.shape)).astype(q.dtype)
+
+
+def chunk_pages(group_shape: tuple[int, int], position_bytes: int, page_size: int) -> int:
+    """Pages a loop iteration reads: CHUNK_TOKENS positions, halved for decode rows (one query
+    row per group) while their gathered keys exceed CHUNK_BYTES. XLA materialises every gather;
+    a chunk that outgrows the core's cache is written to memory and read back by the matmul (a
+    32-row decode step of 4 kv heads of 64 floats gathers 8 MiB per layer at 256 positions,
+    2 MiB at 64: benchmarks/serving-llm/README.md, "Attention chunks by bytes"). Prefill tiles
+    keep the full chunk: their 16 query rows share each gathered page."""
+    groups, rows = group_shape
+    positions = CHUNK_TOKENS
+    while rows == 1 and positions > page_size and groups * positions * position_bytes > CHUNK_BYTES:
+        positions //= 2
+    return max(1, positions // page_size)
 
 
 class QueryGroups(NamedTuple):
