@@ -379,7 +379,7 @@ def main() -> None:
     parser.add_argument("--json", help="write the per-round numbers here")
     args = parser.parse_args()
     with measure_conditions(
-        packages=["jax", "jaxlib", "jaxstack-serving", "jaxstack-quantlib"]
+        packages=["jax", "jaxlib", "jaxstack-serving", "jaxstack-kernlib", "jaxstack-quantlib"]
     ) as conditions:
         rows, loads = run(args)
     meta = conditions.as_dict()

@@ -195,7 +195,14 @@ def main() -> int:
         print(f"vs_vllm needs vLLM for CPU: {missing} (pass --vllm-python)", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
-    packages = ["jax", "jaxlib", "jaxstack-serving", "jaxstack-nnlib", "jaxstack-datalib"]
+    packages = [
+        "jax",
+        "jaxlib",
+        "jaxstack-serving",
+        "jaxstack-kernlib",
+        "jaxstack-nnlib",
+        "jaxstack-datalib",
+    ]
     per_round = {s: {c: [] for c in LEVELS} for s in SERVERS}
     with tempfile.TemporaryDirectory() as tmp, measure_conditions(packages=packages) as cond:
         folder = pathlib.Path(tmp) / "model"
