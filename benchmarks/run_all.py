@@ -605,9 +605,14 @@ def kind_conditions(kind: str, files: list[Path], own_rounds: bool) -> str:
             f"{c['load_average_1min']['during_median']:.2f}" for c in measured
         )
     quiet = sum(not was_busy(c) for c in measured)
-    if own_rounds:
+    if own_rounds and len(files) == 1:
         return (
             f"- **{kind}**, rounds inside one run: {conditions_markdown(measured[0])} Run: {links}."
+        )
+    if own_rounds:  # runs of the script's own rounds, their ratios pooled
+        return (
+            f"- **{kind}**, {len(files)} runs of rounds, pooled: {conditions_markdown(measured[0])}"
+            f" {during.replace('each round', 'each run').capitalize()}. Runs: {links}."
         )
     return (
         f"- **{kind}**, {len(files)} rounds: {conditions_markdown(measured[0])} {during}; "
