@@ -203,6 +203,30 @@ def test_run_all_runs_a_benchmark_with_rounds_of_its_own_once(tmp_path, monkeypa
     assert json.loads(results.read_text())["rounds"] == 3
 
 
+def test_run_all_pools_two_runs_of_own_rounds_and_says_so(tmp_path, monkeypatch):
+    run_all = _benchmarks_module("run_all")
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    (tmp_path / "fake.py").write_text(
+        FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
+    )
+    headline = lambda r: [run_all.Row("speed", r["ours"], "peer", r["peer"], "x/s", True)]
+    own = run_all.Benchmark("fake", "own rounds", ["fake.py"], None, headline, own_rounds=True)
+    run_all.run_rounds([own], rounds=3, kind="kind-a")
+    lines = run_all.section(own)
+    assert any(line.startswith("- **kind-a**, rounds inside one run: Run ") for line in lines)
+    # A second run of the script, kept beside the first (`--out .../round-2`): both are pooled.
+    runs = tmp_path / "fake" / "runs" / "kind-a"
+    first = json.loads((runs / "round-1" / "results.json").read_text())
+    (runs / "round-2").mkdir()
+    (runs / "round-2" / "results.json").write_text(json.dumps({**first, "ours": 1.6}))
+    lines = run_all.section(own)
+    row = next(line for line in lines if line.startswith("| speed |"))
+    assert row == "| speed | peer | 1.40x [1.20, 1.60] | same for both |"
+    (line,) = [line for line in lines if line.startswith("- **kind-a**")]
+    assert line.startswith("- **kind-a**, 2 runs of rounds, pooled: Run ")
+    assert "[round-1](" in line and "[round-2](" in line
+
+
 def test_run_all_gives_figures_and_first_round_arguments(tmp_path, monkeypatch):
     run_all = _benchmarks_module("run_all")
     monkeypatch.setattr(run_all, "HERE", tmp_path)
