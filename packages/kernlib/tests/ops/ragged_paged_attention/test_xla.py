@@ -78,23 +78,28 @@ def test_decode_chunks_cut_by_bytes_give_the_reference_numbers(rpa_batch, monkey
     np.testing.assert_allclose(np.asarray(out), np.asarray(want), atol=2e-5, rtol=2e-5)
 
 
-def _largest_fusion_output(seqs: int, q_len: int = 1) -> int:
-    """Bytes of the largest array a fusion writes (the gathered pages of one chunk) when
-    `seqs` sequences of 200 cached tokens (4 kv heads of 64, float32, head-major cache) run
-    `q_len` query rows each."""
+def _decode_hlo(seqs: int, kv_layout: str = "head_major", q_len: int = 1) -> str:
+    """The compiled HLO of the XLA implementation for `seqs` sequences of 200 cached tokens
+    (4 kv heads of 64, float32, 16-position pages), `q_len` query rows each."""
     page, heads, dim, width = 16, 4, 64, 16
-    pages = jnp.ones((heads, seqs * width + 1, page, dim))
+    pages = jnp.ones((seqs * width + 1, page, heads, dim))
+    if kv_layout == "head_major":
+        pages = pages.transpose(2, 0, 1, 3)
     tables = jnp.arange(1, seqs * width + 1, dtype=jnp.int32).reshape(seqs, width)
     kv_lens = jnp.full((seqs,), 200, jnp.int32)
     starts = jnp.arange(0, seqs * q_len + 1, q_len, dtype=jnp.int32)
     call = jax.jit(
         lambda q, k, v: kernlib.ragged_paged_attention(
-            q, k, v, kv_lens, tables, starts, implementation="xla", kv_layout="head_major"
+            q, k, v, kv_lens, tables, starts, implementation="xla", kv_layout=kv_layout
         )
     )
-    hlo = call.lower(jnp.ones((seqs * q_len, heads, dim)), pages, pages).compile().as_text()
-    shapes = re.findall(r"= f32\[([\d,]*)\]\{[\d,]*\} fusion\(", hlo)
-    return max(4 * math.prod(int(d) for d in shape.split(",") if d) for shape in shapes)
+    return call.lower(jnp.ones((seqs * q_len, heads, dim)), pages, pages).compile().as_text()
+
+
+def _fusion_output_bytes(hlo: str, name: str = "") -> list[int]:
+    """Bytes of the f32 arrays written by the fusions whose name contains `name`."""
+    found = re.finditer(rf"%\S*{name}\S* = f32\[([\d,]*)\]\{{[\d,]*\}} fusion\(", hlo)
+    return [4 * math.prod(int(d) for d in m[1].split(",") if d) for m in found]
 
 
 def test_decode_steps_gather_at_most_chunk_bytes_of_keys_at_a_time():
@@ -102,9 +107,10 @@ def test_decode_steps_gather_at_most_chunk_bytes_of_keys_at_a_time():
     # from memory; they now read 64 positions at a time. 8 decodes (2 MiB) and prefill tiles
     # keep 256-position chunks.
     full_chunk = lambda seqs: seqs * 256 * 4 * 64 * 4
-    assert _largest_fusion_output(32) <= xla.CHUNK_BYTES < full_chunk(32)
-    assert _largest_fusion_output(8) == full_chunk(8) <= xla.CHUNK_BYTES
-    assert _largest_fusion_output(4, q_len=16) >= full_chunk(4)
+    largest = lambda seqs, q_len=1: max(_fusion_output_bytes(_decode_hlo(seqs, q_len=q_len)))
+    assert largest(32) <= xla.CHUNK_BYTES < full_chunk(32)
+    assert largest(8) == full_chunk(8) <= xla.CHUNK_BYTES
+    assert largest(4, q_len=16) >= full_chunk(4)
 
 
 def _bytes_accessed(block_tables):
@@ -180,22 +186,8 @@ def _transposes(kv_layout):
     they do) of 8 decodes of 200 cached tokens (one 256-position chunk each; 4 kv heads of
     64, float32). A transpose fused into the gather's own kernel is not one: it writes the
     gathered rows once, in the order the matmuls read."""
-    s, page, heads, dim, width = 8, 16, 4, 64, 16
-    pages = jnp.ones((s * width + 1, page, heads, dim))
-    if kv_layout == "head_major":
-        pages = pages.transpose(2, 0, 1, 3)
-    tables = jnp.arange(1, s * width + 1, dtype=jnp.int32).reshape(s, width)
-    kv_lens, starts = jnp.full((s,), 200, jnp.int32), jnp.arange(s + 1, dtype=jnp.int32)
-    call = jax.jit(
-        lambda q, k, v: kernlib.ragged_paged_attention(
-            q, k, v, kv_lens, tables, starts, implementation="xla", kv_layout=kv_layout
-        )
-    )
-    hlo = call.lower(jnp.ones((s, heads, dim)), pages, pages).compile().as_text()
-    sizes = []
-    for m in re.finditer(r"%\S*transpose\S* = f32\[([\d,]*)\]\{[\d,]*\} fusion\(", hlo):
-        sizes.append(4 * math.prod(int(d) for d in m[1].split(",") if d))
-    return sizes, s * 256 * heads * dim * 4  # and the bytes of one chunk's keys
+    sizes = _fusion_output_bytes(_decode_hlo(8, kv_layout), "transpose")
+    return sizes, 8 * 256 * 4 * 64 * 4  # and the bytes of one chunk's keys
 
 
 def test_head_major_pages_reach_the_matmuls_without_a_transposed_copy():
