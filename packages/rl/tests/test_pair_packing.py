@@ -64,8 +64,8 @@ def test_a_pair_batch_holds_each_prompt_once_and_no_padding(tmp_path, write_json
     row_tokens = sum(pairs[f"{side}_segment_ids"].sum() for side in SIDES)
     assert ((segments % FAMILY_STRIDE == 0) & (segments > 0)).sum() == prompt_tokens
     assert (segments > 0).sum() == row_tokens - prompt_tokens  # each reply once after it
-    assert segments.shape == (2, 64)  # 105 positions; the plain rows: 6 x 64
-    assert batch["targets"].shape == (2 * len(RECORDS), 64)
+    assert segments.shape == (2, 64)  # 99 positions in use; the rows, trimmed: 6 x 48
+    assert batch["targets"].shape == (2 * len(RECORDS), 48)
 
 
 @pytest.mark.parametrize("window", [None, 8], ids=["shared-prompt", "sliding-window"])
