@@ -118,37 +118,3 @@ def test_ppo_scores_with_the_completion_log_probs(rows, tiny):
     assert abs(expected_kl) > 1e-3
     np.testing.assert_allclose(float(kl), expected_kl, rtol=1e-5, atol=1e-7)
     assert np.isfinite(np.asarray(adv)).all()
-
-
-@pytest.mark.parametrize("algorithm", ["dpo", "orpo"])
-def test_preference_losses_on_completion_positions_equal_the_every_position_ones(
-    tmp_path, write_jsonl, tiny, algorithm
-):
-    """DPO and ORPO score the pair rows at their loss-mask positions only; listing every
-    position instead (the full-logits computation) gives the same loss and gradients."""
-    from jaxstack.rl._src.preference import encode_pairs, make_dpo_loss, make_orpo_loss, pair_batch
-
-    records = [
-        {"prompt": "What is twelve plus thirty? Answer:", "chosen": " 42", "rejected": " 24"},
-        {"prompt": "Name the colour of the sky:", "chosen": " blue", "rejected": " green"},
-        {"prompt": "7*6=", "chosen": "42", "rejected": "forty-three"},
-    ]
-    path = write_jsonl(tmp_path / "pairs.jsonl", records)
-    config = rl.load_config(algorithm, None, [*tiny, f"data.path={path}", "data.seq_len=64"])
-    policy = build_policy(config)
-    keys = iter(jax.random.split(jax.random.key(1), 100))
-    params = jax.tree.map(lambda x: x + 0.5 * jax.random.normal(next(keys), x.shape), policy.params)
-    batch = pair_batch(encode_pairs(config, policy), np.arange(len(records)))
-    if algorithm == "dpo":
-        batch["ref_chosen"] = np.array([-40.0, -30.0, -20.0], np.float32)
-        batch["ref_rejected"] = np.array([-35.0, -45.0, -25.0], np.float32)
-    loss_fn = (make_dpo_loss if algorithm == "dpo" else make_orpo_loss)(config, policy)
-    every = {**batch, "completion_index": np.arange(2 * batch["chosen_tokens"].size)}
-    assert batch["completion_index"].shape[0] < every["completion_index"].shape[0]
-    grad_fn = jax.jit(jax.value_and_grad(lambda p, b: loss_fn(p, b)[0]))
-    loss, grads = grad_fn(params, batch)
-    every_loss, every_grads = grad_fn(params, every)
-    np.testing.assert_allclose(float(loss), float(every_loss), rtol=1e-6)
-    for g, e in zip(jax.tree.leaves(grads), jax.tree.leaves(every_grads), strict=True):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-5, atol=1e-6)
-    assert abs(float(loss) - np.log(2)) > 1e-3  # not DPO's constant at a zero margin

@@ -1,17 +1,10 @@
 """Batches cut to the columns their rows use: the step does less work and computes the same."""
 
-import jax
 import numpy as np
 
 from jaxstack import rl
 from jaxstack.rl._src.encode import sequence_batch, trim_padding
 from jaxstack.rl._src.policy import build_policy
-from jaxstack.rl._src.preference import (
-    encode_pairs,
-    make_dpo_loss,
-    reference_logps,
-    with_completion_index,
-)
 
 
 def rows(lengths, seq_len=64):
@@ -22,21 +15,23 @@ def rows(lengths, seq_len=64):
     return sequence_batch(prompts, completions, seq_len, pad_id=0)
 
 
-def test_rows_of_nine_tokens_make_a_sixteen_column_batch():
-    batch = rows([5, 9, 7])
+def test_rows_of_ten_tokens_make_a_twelve_column_batch():
+    batch = rows([5, 10, 7])
     trimmed = trim_padding(batch)
     for key, value in batch.items():
-        assert trimmed[key].shape == (3, 16)
-        np.testing.assert_array_equal(trimmed[key], value[:, :16])
-        assert not value[:, 16:].any()  # what was cut is padding in every row
+        assert trimmed[key].shape == (3, 12)
+        np.testing.assert_array_equal(trimmed[key], value[:, :12])
+        assert not value[:, 12:].any()  # what was cut is padding in every row
 
 
-def test_lengths_double_up_to_the_batch_width_and_a_full_row_keeps_it():
-    assert trim_padding(rows([17]))["tokens"].shape == (1, 16)
-    assert trim_padding(rows([18]))["tokens"].shape == (1, 32)
-    assert trim_padding(rows([41]))["tokens"].shape == (1, 64)
-    assert trim_padding(rows([65]))["tokens"].shape == (1, 64)
-    assert trim_padding(rows([20], seq_len=24))["tokens"].shape == (1, 24)
+def test_lengths_are_powers_of_two_and_three_quarters_of_one_up_to_the_batch_width():
+    columns = {n: trim_padding(rows([n + 1]))["tokens"].shape[1] for n in range(1, 65)}
+    assert sorted(set(columns.values())) == [8, 12, 16, 24, 32, 48, 64]
+    assert columns[8] == 8 and columns[9] == 12 and columns[13] == 16 and columns[17] == 24
+    assert all(n <= width for n, width in columns.items())
+    assert all(width - n < width / 3 for n, width in columns.items() if n >= 8)
+    assert trim_padding(rows([65]))["tokens"].shape == (1, 64)  # a full row keeps it
+    assert trim_padding(rows([20], seq_len=22))["tokens"].shape == (1, 22)
 
 
 def test_chosen_and_rejected_rows_keep_one_length_and_other_arrays_pass_through():
@@ -47,27 +42,6 @@ def test_chosen_and_rejected_rows_keep_one_length_and_other_arrays_pass_through(
     trimmed = trim_padding(batch)
     assert {v.shape for k, v in trimmed.items() if k != "ref_chosen"} == {(2, 32)}
     assert trimmed["ref_chosen"] is batch["ref_chosen"]
-
-
-def test_a_dpo_loss_on_the_trimmed_batch_is_the_full_batch_loss(tmp_path, write_jsonl, tiny):
-    records = [
-        {"prompt": "2+2=", "chosen": "4", "rejected": "five"},
-        {"prompt": "10+7=", "chosen": "17", "rejected": "eighteen"},
-    ]
-    path = write_jsonl(tmp_path / "pairs.jsonl", records)
-    config = rl.load_config("dpo", None, [*tiny, f"data.path={path}", "data.seq_len=64"])
-    policy = build_policy(config)
-    pairs = encode_pairs(config, policy)
-    pairs.update(reference_logps(policy, pairs, batch_size=2))
-    # a reference a little off the policy, so the loss is not DPO's constant log 2
-    pairs["ref_chosen"] = pairs["ref_chosen"] - 0.5
-    loss_fn = jax.jit(make_dpo_loss(config, policy))
-    full_loss, _ = loss_fn(policy.params, with_completion_index(pairs))
-    trimmed = with_completion_index(trim_padding(pairs))
-    assert trimmed["chosen_tokens"].shape[1] < pairs["chosen_tokens"].shape[1]
-    trimmed_loss, _ = loss_fn(policy.params, trimmed)
-    np.testing.assert_allclose(float(trimmed_loss), float(full_loss), rtol=1e-6)
-    assert abs(float(full_loss) - np.log(2)) > 1e-3
 
 
 def test_grpo_rollouts_are_cut_to_their_completions_not_to_data_seq_len(

@@ -161,19 +161,29 @@ def sequence_batch(
     }
 
 
-MIN_TRIMMED_LENGTH = 16
-"""The shortest length `trim_padding` cuts a batch to; lengths double from it, so a run
-compiles its step for at most log2(seq_len / 16) + 1 lengths."""
+MIN_TRIMMED_LENGTH = 8
+"""The shortest length `trim_padding` cuts a batch to."""
+
+
+def trimmed_length(used: int) -> int:
+    """The columns `trim_padding` keeps for a batch whose longest row uses `used`: the smallest
+    power of two or three quarters of one (8, 12, 16, 24, 32, 48, ...) that holds it, so a run
+    compiles its step for at most two lengths per doubling, and less than a third of the
+    columns kept are padding (from 8 on)."""
+    power = max(MIN_TRIMMED_LENGTH, 1 << max(0, used - 1).bit_length())
+    three_quarters = 3 * power // 4
+    fits = used <= three_quarters and three_quarters >= MIN_TRIMMED_LENGTH
+    return three_quarters if fits else power
 
 
 def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
     """The batch with the padding columns that no row uses cut off, as TRL's collators pad to
-    the longest row: rows of 9 tokens in a `data.seq_len=64` batch cost a 16-column step, not
-    a 64-column one. Every `[rows, T]` array of the batch keeps its first L columns, where L is
-    the smallest of 16, 32, 64, ... (or T itself) that holds the longest row of any of its
-    `*segment_ids` arrays (DPO's chosen and rejected rows stay the same length); the columns cut
-    are padding in every row, so losses and gradients do not change. Arrays of another shape
-    (reference log-probs, params) pass through."""
+    the longest row: rows of 9 tokens in a `data.seq_len=64` batch cost a 12-column step, not
+    a 64-column one. Every `[rows, T]` array of the batch keeps its first `trimmed_length`
+    columns (or T, if fewer) for the longest row of any of its `*segment_ids` arrays (DPO's
+    chosen and rejected rows stay the same length); the columns cut are padding in every row,
+    so losses and gradients do not change. Arrays of another shape (reference log-probs,
+    params) pass through."""
     segment_keys = [k for k in batch if k.endswith("segment_ids")]
     if not segment_keys:
         return batch
@@ -181,10 +191,7 @@ def trim_padding(batch: dict[str, Any]) -> dict[str, Any]:
     width = segments.shape[-1]
     columns_in_use = np.flatnonzero(segments.any(axis=(0, 1)))
     used = int(columns_in_use[-1]) + 1 if columns_in_use.size else 1
-    length = MIN_TRIMMED_LENGTH
-    while length < used:
-        length *= 2
-    length = min(length, width)
+    length = min(trimmed_length(used), width)
     if length == width:
         return batch
 

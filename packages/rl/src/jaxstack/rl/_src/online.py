@@ -8,8 +8,8 @@ One iteration (`train.steps` of them):
     -> updates_per_iteration optimiser steps on the clipped objective
     -> (launched, not waited for) the next iteration's first engine step, under the new params
 
-Rows are padded to the smallest of 16, 32, 64, ... columns (up to `data.seq_len`) that holds the
-iteration's longest completion, as TRL pads to its longest: short completions cost a short
+Rows are padded to the smallest of 8, 12, 16, 24, 32, ... columns (up to `data.seq_len`) that
+holds the iteration's longest completion, as TRL pads to its longest: short completions cost a short
 update, and the iterations share a handful of compiled programs. GRPO's model passes go further
 and run over packed rows, each group's prompt once with its completions after it (`pack_groups`;
 `pack_rows` for models with sliding windows), so neither padding nor the prompt's copies cost.
@@ -143,7 +143,7 @@ class Rollouter:
         texts = [self.texts[i] for i in idx for _ in range(r.group_size)]
         rewards, valid, metrics = score(self.rewards, texts, done.texts, on_error=r.on_reward_error)
         rows = [p for p in prompts for _ in range(r.group_size)]
-        # cut to the longest completion (in 16, 32, 64, ... columns), as TRL pads
+        # cut to the longest completion (in 8, 12, 16, 24, ... columns), as TRL pads
         batch = trim_padding(
             sequence_batch(rows, done.token_ids, data.seq_len, self.policy.tokenizer.pad_id)
         )
