@@ -3,8 +3,8 @@
 Each step scores a batch of B pairs as 2B rows with the policy, packed: a pair's chosen and
 rejected replies share its prompt, so the model reads the prompt once with both replies after
 it (`pack_groups`, groups of two; `pack_rows` for models with sliding windows), and padding
-costs nothing. On the tiny preference records (a 7-token prompt, 3-token replies) that is 13
-positions a pair instead of 2 x 16 padded ones.
+costs nothing. On the tiny preference records (prompts of 5-7 tokens, rows of 6-9) that is 12
+packed positions a pair instead of 2 x 16 columns.
 DPO also needs the frozen reference policy's log-probs: with `dpo.reference=precompute` they
 are computed once for the whole dataset before training (one forward pass per pair, no second
 model in memory while training); with `live` the reference forward runs inside every step.
