@@ -448,7 +448,8 @@ def run(benchmark: Benchmark, args: list[str], label: str) -> str:
 
 def run_rounds(chosen: list[Benchmark], rounds: int, kind: str) -> list[str]:
     """Every chosen benchmark once per round, interleaved; a benchmark's rounds replace the
-    kind's previous ones only when all of them succeeded."""
+    kind's previous rounds only when all of them succeeded. Other folders of the kind's (runs
+    made by hand, which READMEs link to) stay."""
     staging = {b.name: HERE / b.name / "runs" / f"{kind}.partial" for b in chosen}
     for folder in staging.values():
         shutil.rmtree(folder, ignore_errors=True)
@@ -474,8 +475,12 @@ def run_rounds(chosen: list[Benchmark], rounds: int, kind: str) -> list[str]:
             )
             continue
         final = HERE / b.name / "runs" / kind
-        shutil.rmtree(final, ignore_errors=True)
-        staging[b.name].rename(final)
+        for previous in final.glob("round-*"):
+            shutil.rmtree(previous)
+        final.mkdir(parents=True, exist_ok=True)
+        for new in staging[b.name].iterdir():
+            new.rename(final / new.name)
+        staging[b.name].rmdir()
     return summary
 
 

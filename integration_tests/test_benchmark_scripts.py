@@ -190,6 +190,25 @@ def test_run_all_keeps_the_previous_rounds_when_a_round_fails(tmp_path, monkeypa
     assert run_all.rounds_by_kind(failing) == {"kind-a": [previous / "results.json"]}
 
 
+def test_run_all_replaces_a_kinds_rounds_and_keeps_its_other_runs(tmp_path, monkeypatch):
+    """A kind's folder also holds runs made by hand (benchmarks/rl's `vs-trl-<date>-...`,
+    linked from its README): new rounds replace the old rounds only."""
+    run_all = _benchmarks_module("run_all")
+    monkeypatch.setattr(run_all, "HERE", tmp_path)
+    (tmp_path / "fake.py").write_text(
+        FAKE_BENCHMARK.format(benchmarks=str(SCRIPT.parents[1]), counter=str(tmp_path / "n"))
+    )
+    kind = tmp_path / "fake" / "runs" / "kind-a"
+    for old in ("round-1", "round-2", "round-3", "by-hand/round-1"):
+        (kind / old).mkdir(parents=True)
+        (kind / old / "results.json").write_text("{}")
+    fake = run_all.Benchmark("fake", "a fake benchmark", ["fake.py"], None, lambda r: [])
+    run_all.run_rounds([fake], rounds=2, kind="kind-a")
+    assert sorted(p.name for p in kind.iterdir()) == ["by-hand", "round-1", "round-2"]
+    assert (kind / "by-hand" / "round-1" / "results.json").read_text() == "{}"
+    assert json.loads((kind / "round-2" / "results.json").read_text())["ours"] == 1.3
+
+
 def test_run_all_runs_a_benchmark_with_rounds_of_its_own_once(tmp_path, monkeypatch):
     run_all = _benchmarks_module("run_all")
     monkeypatch.setattr(run_all, "HERE", tmp_path)
