@@ -97,7 +97,7 @@ def reference_logps(
     n = len(pairs["chosen_tokens"])
     chosen, rejected = [], []
     for start in range(0, n, batch_size):
-        idx = np.arange(start, start + batch_size) % n  # a full last batch: one compiled shape
+        idx = np.arange(start, start + batch_size) % n  # a full last batch, as in training
         c, r = score(params, scorer.batch(pairs, idx))
         keep = min(batch_size, n - start)
         chosen.append(np.asarray(c)[:keep])
