@@ -55,9 +55,9 @@ def runner():
 def test_engine_step_compiles_for_v6e_with_mosaic_ragged_paged_attention(runner, num_tokens):
     chip = kernlib.tpu_devices("v6e")[0]
     x = runner._empty_inputs(runner.bucket(num_tokens))
-    (graphdef, *arrays), static = runner._step_args(x, scores=False)
+    arrays, static = runner._step_args(x, scores=False)
     with kernlib.target_device(chip):
-        lowered = model_runner._forward.lower(graphdef, *abstract_on(chip, arrays), **static)
+        lowered = model_runner._forward.lower(*abstract_on(chip, arrays), **static)
     compiled = lowered.compile()
     # one Mosaic ragged-paged-attention call per layer, chosen by kernlib's dispatch
     assert lowered.as_text().count("@tpu_custom_call") == CONFIG["num_layers"]
