@@ -19,18 +19,19 @@ Meant for A/Bs of the engine's host code: run it with the old and the new source
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import pathlib
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 
 import numpy as np
 from flax import nnx
 
 from jaxstack import nnlib
 from jaxstack.serving import LLM, SamplingParams
-from jaxstack.serving._src.llm import model_runner
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
 from conditions import measure_conditions
@@ -52,9 +53,13 @@ WORKLOADS = {  # prompts, prompt tokens, SamplingParams, engine options
 }
 
 
-def launches_timed() -> list[float]:
-    """Wraps the model program so that each call's wall time is appended to the list returned."""
-    times, program = [], model_runner._forward
+@contextlib.contextmanager
+def launches_timed(engine) -> Iterator[list[float]]:
+    """Within the block, the wall time of each call to the engine's model program (`_forward`
+    of its runner's module, reached through the engine as engine_ab.py reaches it) is appended
+    to the list yielded."""
+    module = sys.modules[type(engine.runner).__module__]
+    times, program = [], module._forward
 
     def timed(*args, **kwargs):
         start = time.perf_counter()
@@ -62,11 +67,14 @@ def launches_timed() -> list[float]:
         times.append(time.perf_counter() - start)
         return out
 
-    model_runner._forward = timed
-    return times
+    module._forward = timed
+    try:
+        yield times
+    finally:
+        module._forward = program
 
 
-def measure(model: nnx.Module, workload: str, rounds: int, launches: list[float]) -> dict:
+def measure(model: nnx.Module, workload: str, rounds: int) -> dict:
     num_prompts, length, params, options = WORKLOADS[workload]
     engine = LLM(model, **options).engine
     prompts = np.random.default_rng(0).integers(0, MODEL.vocab_size, (num_prompts, length)).tolist()
@@ -80,12 +88,12 @@ def measure(model: nnx.Module, workload: str, rounds: int, launches: list[float]
 
     for _ in range(10):  # compiles
         one_round()
-    launches.clear()
-    walls, cpu = [], time.thread_time()
-    for _ in range(rounds):
-        start = time.perf_counter()
-        one_round()
-        walls.append(time.perf_counter() - start)
+    with launches_timed(engine) as launches:
+        walls, cpu = [], time.thread_time()
+        for _ in range(rounds):
+            start = time.perf_counter()
+            one_round()
+            walls.append(time.perf_counter() - start)
     return {
         "round_ms": statistics.median(walls) * 1e3,
         "main_thread_cpu_ms_per_round": (time.thread_time() - cpu) / rounds * 1e3,
@@ -100,9 +108,8 @@ def main() -> None:
     p.add_argument("--json", type=pathlib.Path)
     args = p.parse_args()
     model = nnlib.Transformer(MODEL, rngs=nnx.Rngs(0))
-    launches = launches_timed()
     with measure_conditions(packages=["jax", "jaxlib", "flax", "jaxstack-serving"]) as conditions:
-        results = {w: measure(model, w, args.rounds, launches) for w in WORKLOADS}
+        results = {w: measure(model, w, args.rounds) for w in WORKLOADS}
     for workload, r in results.items():
         print(workload, " ".join(f"{k} {v:.3f}" for k, v in r.items()))
     if args.json:
