@@ -35,8 +35,8 @@ from jaxstack.serving import LLM, SamplingParams
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
 from conditions import measure_conditions
+from engine_ab import MODEL
 
-MODEL = nnlib.get_preset("tiny").replace(vocab_size=8000, max_seq_len=8192)
 WORKLOADS = {  # prompts, prompt tokens, SamplingParams, engine options
     "grpo": (
         16,
