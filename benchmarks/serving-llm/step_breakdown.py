@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
+import pathlib
 import statistics
 import sys
 import tempfile
@@ -32,7 +32,7 @@ from flax import nnx
 from jaxstack import nnlib, xprof_lite
 from jaxstack.serving import LLM, SamplingParams
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1]))
 from conditions import conditions_markdown, measure_conditions
 
 OPTIONS = dict(max_model_len=2048, max_num_seqs=32, max_num_batched_tokens=2048)
