@@ -20,6 +20,7 @@ with the machine and versions (`benchmarks/conditions.py`); `--json` writes them
     .venv/bin/python benchmarks/serving-llm/engine_ab.py async-c32  # async scheduling on/off
     .venv/bin/python benchmarks/serving-llm/engine_ab.py alternatives-c32  # top-k when asked
     .venv/bin/python benchmarks/serving-llm/engine_ab.py chunks-c32  # attention chunks by bytes
+    .venv/bin/python benchmarks/serving-llm/engine_ab.py attention-c32  # XLA vs custom call
 
 A suite may name its own model (`int8-*`: d=512) and a variant a quantlib preset (`quant`).
 """
@@ -33,6 +34,7 @@ import os
 import pathlib
 import statistics
 import sys
+import tempfile
 import time
 
 import jax
@@ -40,7 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from jaxstack import nnlib
+from jaxstack import kernlib, nnlib
 from jaxstack.kernlib.ops.ragged_paged_attention import xla as xla_attention
 from jaxstack.serving import LLM, SamplingParams
 
@@ -231,6 +233,40 @@ def chunks_suite(concurrency: int) -> tuple:
     }
 
 
+def attention_as_xla(llm: LLM) -> None:
+    """kernlib's XLA attention as before (kernlib 0.3.1), not its CPU custom call: `xla` is
+    recorded as this device's winner in a private tuning cache while the engine's programs
+    compile (`warmup`), so they keep it."""
+    runner = llm.engine.runner
+    runner.graphdef_key = OwnPrograms(runner.graphdef_key)
+    before = os.environ.get("JAXSTACK_KERNLIB_CACHE_DIR")
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["JAXSTACK_KERNLIB_CACHE_DIR"] = cache
+        try:
+            kernlib.TuningCache().record(
+                jax.devices()[0].device_kind,
+                "ragged_paged_attention",
+                "*",
+                {"implementation": "xla"},
+            )
+            runner.warmup()
+        finally:
+            if before is None:
+                del os.environ["JAXSTACK_KERNLIB_CACHE_DIR"]
+            else:
+                os.environ["JAXSTACK_KERNLIB_CACHE_DIR"] = before
+
+
+def attention_suite(concurrency: int) -> tuple:
+    """The engine's attention as kernlib's XLA implementation (before) or its CPU custom call
+    (now, the default on CPU); both engines compile every step shape first."""
+    options = dict(max_model_len=2048, max_num_batched_tokens=2048)
+    return concurrency, {
+        "xla attention (before)": (options, SAMPLED, attention_as_xla),
+        "ffi_cpu attention": (options, SAMPLED, warmed_up),
+    }
+
+
 # suite -> (concurrency, {variant: (engine options, sampling parameters[, change to the LLM])})
 SUITES = {
     # Goal 1 of issue 31: cost follows the work, not the cache's capacity or context limit.
@@ -270,6 +306,7 @@ SUITES = {
     "rows-c8": rows_suite(8),
     **{f"kvlayout-c{c}": kvlayout_suite(c) for c in (1, 8, 32)},
     **{f"chunks-c{c}": chunks_suite(c) for c in (8, 16, 32)},
+    **{f"attention-c{c}": attention_suite(c) for c in (1, 8, 32)},
     # Token buckets from 2 (a lone decode's model runs 2 token rows) or from 16 as before.
     "tokens-c1": (
         1,

@@ -1,5 +1,6 @@
-"""Implementation choice: CPU picks xla, explicit requests are honoured or refused clearly,
-tuned winners are reused, and fallbacks are logged once with the reason."""
+"""Implementation choice: CPU picks xla (or an op's custom call for CPU), explicit requests
+are honoured or refused clearly, tuned winners are reused, and fallbacks are logged once with
+the reason."""
 
 import json
 import logging
@@ -8,7 +9,7 @@ import jax.numpy as jnp
 import pytest
 
 from jaxstack import kernlib
-from jaxstack.kernlib._src import device, dispatch, tuning
+from jaxstack.kernlib._src import device, dispatch, native, tuning
 from jaxstack.kernlib.ops.attention import api as attention_api
 from jaxstack.kernlib.ops.attention import pallas_triton
 
@@ -39,13 +40,20 @@ def all_op_calls():
     }
 
 
-def test_cpu_always_picks_xla_for_every_op():
+def test_cpu_picks_xla_for_every_op_without_a_cpu_kernel():
     assert device.platform() == "cpu"
     calls = all_op_calls()
     assert sorted(calls) == sorted(kernlib.OP_NAMES)
+    pallas_and_xla = ["pallas_mosaic_tpu", "pallas_triton", "xla"]
     for op, (args, kwargs) in calls.items():
-        assert kernlib.which_implementation(op, *args, **kwargs) == ("xla", None), op
-        assert kernlib.implementations(op) == ["pallas_mosaic_tpu", "pallas_triton", "xla"]
+        name, config = kernlib.which_implementation(op, *args, **kwargs)
+        if op == "ragged_paged_attention":  # its custom call, where it can be built
+            assert kernlib.implementations(op) == ["ffi_cpu", *pallas_and_xla]
+            built = not isinstance(native.compiler(), str)
+            assert (name, config) == ("ffi_cpu" if built else "xla", None)
+        else:
+            assert (name, config) == ("xla", None), op
+            assert kernlib.implementations(op) == pallas_and_xla
 
 
 def test_cpu_ignores_a_tuned_pallas_winner_and_logs_why_once(user_cache, caplog):

@@ -3,7 +3,8 @@
 Each op has an XLA reference (runs everywhere) and Pallas kernels for GPU (Triton) and TPU
 (Mosaic); `implementation=None` picks the best known one for the device and shapes (a tuned
 winner from `jaxstack-kern autotune`, else the platform's preference) and falls back to `xla`
-with a one-time log line saying why. On CPU it always runs `xla`.
+with a one-time log line saying why. On CPU it runs `xla`, but for ragged paged attention's
+C++ custom call `ffi_cpu` (built for the host CPU at first use, where a C++ compiler is found).
 
     >>> from jaxstack import kernlib
     >>> out = kernlib.attention(q, k, v, segment_ids=segment_ids)  # nnlib's attention_fn

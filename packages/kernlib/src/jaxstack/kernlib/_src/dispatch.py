@@ -2,8 +2,9 @@
 
 `implementation=None` consults the tuning cache for (device kind, op, spec), then the platform's
 preference list, skipping implementations that cannot run the call (each skip is logged once,
-with the reason) and ending at `xla`, which runs everywhere. On CPU the preference list is only
-`xla`: Pallas interpret mode is for correctness tests, never for speed.
+with the reason) and ending at `xla`, which runs everywhere. On CPU the list is an op's XLA FFI
+custom call (`ffi_cpu`, where the op has one), then `xla`: Pallas interpret mode is for
+correctness tests, never for speed.
 """
 
 from __future__ import annotations
@@ -23,11 +24,12 @@ logger = logging.getLogger("jaxstack.kernlib")
 XLA = "xla"
 PALLAS_TRITON = "pallas_triton"
 PALLAS_MOSAIC_TPU = "pallas_mosaic_tpu"
+FFI_CPU = "ffi_cpu"
 
 PREFERENCE: dict[str, tuple[str, ...]] = {
     "gpu": (PALLAS_TRITON, XLA),
     "tpu": (PALLAS_MOSAIC_TPU, XLA),
-    "cpu": (XLA,),
+    "cpu": (FFI_CPU, XLA),
 }
 
 
@@ -37,7 +39,8 @@ class Implementation:
 
     `run(*arrays, config=, interpret=, **options)` computes it; `check(*arrays, **options)`
     returns why this implementation cannot run the call, or None. `platform` is where it
-    compiles (None: everywhere); Pallas kernels also run elsewhere with `interpret=True`.
+    compiles (None: everywhere); Pallas kernels (`interpretable`) also run elsewhere with
+    `interpret=True`.
     """
 
     name: str
@@ -45,6 +48,7 @@ class Implementation:
     platform: str | None = None
     config_cls: type[KernelConfig] | None = None
     check: Callable[..., str | None] = lambda *a, **k: None
+    interpretable: bool = True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,12 +62,15 @@ class Op:
     timed: Callable[..., Callable[..., Any]]  # (impl_fn) -> function of the arrays to time
 
     @classmethod
-    def from_modules(cls, name: str, base, xla, pallas_triton, pallas_mosaic_tpu) -> Op:
-        """The table every kernlib op shares: XLA everywhere, Triton on GPU, Mosaic on TPU.
+    def from_modules(
+        cls, name: str, base, xla, pallas_triton, pallas_mosaic_tpu, ffi_cpu=None
+    ) -> Op:
+        """The table every kernlib op shares: XLA everywhere, Triton on GPU, Mosaic on TPU,
+        and an XLA FFI custom call on CPU where the op has one.
 
         The op package's modules, in this order: `base` provides the autotuning hooks `spec`,
-        `example` and `timed`; each implementation module provides `run` (and the Pallas ones
-        `Config` and `check`).
+        `example` and `timed`; each implementation module provides `run` (the Pallas ones
+        `Config` and `check`, `ffi_cpu` `check`).
         """
         pallas = {
             PALLAS_TRITON: (pallas_triton, "gpu"),
@@ -77,6 +84,10 @@ class Op:
                 platform=platform,
                 config_cls=module.Config,
                 check=module.check,
+            )
+        if ffi_cpu is not None:
+            implementations[FFI_CPU] = Implementation(
+                FFI_CPU, ffi_cpu.run, platform="cpu", check=ffi_cpu.check, interpretable=False
             )
         return cls(name, implementations, spec=base.spec, example=base.example, timed=base.timed)
 
@@ -92,8 +103,10 @@ def _log_once(op: str, impl: str, reason: str) -> None:
 
 
 def _platform_reason(impl: Implementation, plat: str, interpret: bool) -> str | None:
-    if impl.platform is None or impl.platform == plat or interpret:
+    if impl.platform is None or impl.platform == plat or (interpret and impl.interpretable):
         return None
+    if not impl.interpretable:
+        return f"{impl.name} runs only on {impl.platform} and the default device is {plat}"
     return (
         f"{impl.name} compiles only for {impl.platform} and the default device is {plat}; "
         f"pass interpret=True to run it in the Pallas interpreter (tests) or use "

@@ -28,14 +28,17 @@ SHIPPED_PATH = Path(__file__).with_name("tuned_defaults.json")
 WILDCARD = "*"
 
 
+def cache_dir() -> Path:
+    """kernlib's directory on this machine: tuning winners, and the C++ kernels built here."""
+    if env := os.environ.get("JAXSTACK_KERNLIB_CACHE_DIR"):
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "jaxstack" / "kernlib"
+
+
 def user_cache_path() -> Path:
     """Where `jaxstack-kern autotune` records winners on this machine."""
-    if env := os.environ.get("JAXSTACK_KERNLIB_CACHE_DIR"):
-        base = Path(env)
-    else:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = (Path(xdg) if xdg else Path.home() / ".cache") / "jaxstack" / "kernlib"
-    return base / "autotune.json"
+    return cache_dir() / "autotune.json"
 
 
 def _read(path: Path) -> dict[str, Any]:

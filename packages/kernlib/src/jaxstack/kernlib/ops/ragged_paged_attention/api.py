@@ -3,9 +3,17 @@
 from __future__ import annotations
 
 from jaxstack.kernlib._src import dispatch
-from jaxstack.kernlib.ops.ragged_paged_attention import base, pallas_mosaic_tpu, pallas_triton, xla
+from jaxstack.kernlib.ops.ragged_paged_attention import (
+    base,
+    ffi_cpu,
+    pallas_mosaic_tpu,
+    pallas_triton,
+    xla,
+)
 
-OP = dispatch.Op.from_modules("ragged_paged_attention", base, xla, pallas_triton, pallas_mosaic_tpu)
+OP = dispatch.Op.from_modules(
+    "ragged_paged_attention", base, xla, pallas_triton, pallas_mosaic_tpu, ffi_cpu
+)
 
 
 @dispatch.public
@@ -39,10 +47,12 @@ def ragged_paged_attention(
       query_start_loc: int [S + 1] cumulative query rows (row offsets of each sequence in q).
       num_seqs: optional int scalar: live sequences; the rest are padding (output 0).
       scale, sliding_window, logits_soft_cap: as for `attention`.
-      kv_layout: "page_major" or "head_major" (the XLA implementation only: the Pallas
-        kernels read page-major; on CPU, where XLA runs, head-major saves a transposed copy
-        of every page read).
-      implementation, config, interpret: as for `attention`.
+      kv_layout: "page_major" or "head_major" (the XLA implementation and the CPU custom
+        call only: the Pallas kernels read page-major; for XLA, head-major saves a transposed
+        copy of every page read).
+      implementation, config, interpret: as for `attention`. On CPU the default is the XLA
+        FFI custom call `ffi_cpu` (C++ built for this CPU at first use, reading the pages in
+        place), or `xla` where no C++ compiler is found (the log line says why).
 
     Returns:
       [T, Hq, D]; padding rows are 0.

@@ -7,11 +7,12 @@ so `attend` writes the new keys and values into their slots (`slot_mapping`: blo
 block_size + offset, from the block tables) and runs kernlib's `ragged_paged_attention` over
 the layer's pages. The cache has one of kernlib's two layouts (`kv_layout`):
 
-- "head_major" (on CPU, where kernlib's XLA implementation runs): [kv_heads, layers,
-  num_blocks * block_size, head_dim], a free reshape of the [kv_heads, layers * num_blocks,
-  block_size, head_dim] pages the kernel reads. Gathered pages come out in the order the
-  attention matmuls read them: no transposed copy of every key and value read, which was
-  half the op time of a small model's decode step.
+- "head_major" (on CPU): [kv_heads, layers, num_blocks * block_size, head_dim], a free
+  reshape of the [kv_heads, layers * num_blocks, block_size, head_dim] pages the kernel reads.
+  kernlib's CPU custom call (its default there) reads each page of a kv head as one
+  contiguous block; its XLA implementation (the fallback without a C++ compiler) gathers
+  pages in the order its attention matmuls read them, with no transposed copy of every key
+  and value read (half the op time of a small model's decode step, page-major).
 - "page_major" (on GPU and TPU, where the Pallas kernels read vLLM's layout): [layers,
   num_blocks * block_size, kv_heads, head_dim], a free reshape of [layers * num_blocks,
   block_size, kv_heads, head_dim] pages.
@@ -41,8 +42,8 @@ PAGE_MAJOR, HEAD_MAJOR = "page_major", "head_major"
 
 
 def default_kv_layout() -> str:
-    """Head-major where kernlib runs its XLA implementation (CPU), page-major where its Pallas
-    kernels do (GPU, TPU: they read page-major only)."""
+    """Head-major where kernlib runs its CPU custom call or XLA implementation (CPU),
+    page-major where its Pallas kernels do (GPU, TPU: they read page-major only)."""
     return HEAD_MAJOR if jax.default_backend() == "cpu" else PAGE_MAJOR
 
 
